@@ -1,0 +1,127 @@
+"""Step timer: warm-up, then ``repeat`` timed calls of one iteration, every sample kept.
+
+Shape of torch.utils.benchmark's ``Timer``: what to run and how to synchronise are fixed at
+construction; the clock and the device sync are injected, so the loop is tested on CPU with
+fake clocks. Each sample is one ``step()``, bracketed by a device sync so that queued GPU
+work is inside the sample. On CUDA, events recorded around the step give the device-side
+time as a second series.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["StepTimer", "TimingSamples", "device_sync", "cuda_event_pair_factory"]
+
+
+@dataclass(frozen=True)
+class TimingSamples:
+    """Raw timings of one measurement (nanoseconds, one entry per step)."""
+
+    wall_ns: tuple[int, ...]  # timed steps, host clock, sync before and after
+    warmup_ns: tuple[int, ...]  # warm-up steps (the first includes lazy init / compilation)
+    device_ms: tuple[float, ...] | None = None  # CUDA event time per timed step
+
+    @property
+    def wall_ms(self) -> list[float]:
+        return [ns / 1e6 for ns in self.wall_ns]
+
+    @property
+    def warmup_ms(self) -> list[float]:
+        return [ns / 1e6 for ns in self.warmup_ns]
+
+
+def device_sync(device: Any) -> Callable[[], None]:
+    """A zero-argument function that waits for all queued work on ``device``."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    if dev.type == "mps":  # pragma: no cover - no MPS in CI
+        return torch.mps.synchronize
+    if dev.type == "xpu":  # pragma: no cover
+        return lambda: torch.xpu.synchronize(dev)
+    return lambda: None
+
+
+def cuda_event_pair_factory() -> Callable[[], tuple[Any, Any]]:
+    """Factory of (start, end) CUDA events with timing enabled."""
+    import torch
+
+    return lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+
+
+class StepTimer:
+    """Times ``step`` with a device sync around every call.
+
+    Args:
+        step: the zero-argument function to time (``Workload.step``).
+        sync: waits for queued device work; a no-op on CPU.
+        clock: monotonic nanosecond clock.
+        events: optional factory of (start, end) event pairs with ``record()`` and
+            ``elapsed_time(end)`` in ms (CUDA events); gives ``device_ms``.
+
+    Example:
+        >>> t = StepTimer(lambda: sum(range(1000)))
+        >>> s = t.run(repeat=5, warmup=1)
+        >>> len(s.wall_ns), len(s.warmup_ns)
+        (5, 1)
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], Any],
+        *,
+        sync: Callable[[], None] = lambda: None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        events: Callable[[], tuple[Any, Any]] | None = None,
+    ) -> None:
+        self._step = step
+        self._sync = sync
+        self._clock = clock
+        self._events = events
+
+    def _timed_call(self) -> int:
+        sync, clock, step = self._sync, self._clock, self._step
+        sync()
+        t0 = clock()
+        step()
+        sync()
+        return clock() - t0
+
+    def warm_up(self, n: int) -> tuple[int, ...]:
+        """Run ``n`` untimed-for-the-result iterations; their durations are kept for compile cost."""
+        return tuple(self._timed_call() for _ in range(n))
+
+    def run(self, repeat: int = 10, warmup: int = 3) -> TimingSamples:
+        """Warm up ``warmup`` times, then time ``repeat`` iterations."""
+        if repeat < 1:
+            raise ValueError(f"repeat must be >= 1, got {repeat}")
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        warm = self.warm_up(warmup)
+        return self.time(repeat, warmup_ns=warm)
+
+    def time(self, repeat: int, warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
+        """Time ``repeat`` iterations (no warm-up)."""
+        if self._events is None:
+            wall = tuple(self._timed_call() for _ in range(repeat))
+            return TimingSamples(wall_ns=wall, warmup_ns=warmup_ns)
+        wall_list: list[int] = []
+        pairs = []
+        sync, clock, step = self._sync, self._clock, self._step
+        for _ in range(repeat):
+            start, end = self._events()
+            sync()
+            t0 = clock()
+            start.record()
+            step()
+            end.record()
+            sync()
+            wall_list.append(clock() - t0)
+            pairs.append((start, end))
+        device = tuple(float(s.elapsed_time(e)) for s, e in pairs)
+        return TimingSamples(wall_ns=tuple(wall_list), warmup_ns=warmup_ns, device_ms=device)

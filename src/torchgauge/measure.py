@@ -1,0 +1,133 @@
+"""``measure(workload)``: the timed pass plus any extra metric passes, as a run record.
+
+This is the one function the library surface, the CLI and the isolated runner all use:
+warm-up, a memory window opened after warm-up, ``repeat`` timed steps with device syncs,
+then each extra metric in its own pass (so profilers and counters never touch the timed
+samples).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .harness.memory import MemoryProbe
+from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
+from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
+from .results.schema import RunConfig, RunRecord
+from .stats.summary import summarize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .workload import Workload
+
+__all__ = ["measure", "timing_metrics", "config_for"]
+
+
+def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
+    """The ``time_ms`` record: every sample plus derived summary statistics."""
+    wall = samples.wall_ms
+    s = summarize(wall)
+    out: dict[str, Any] = {
+        "samples": wall,
+        "median": s.median,
+        "min": s.min,
+        "max": s.max,
+        "iqr": s.iqr,
+        "q1": s.q1,
+        "q3": s.q3,
+        "mean": s.mean,
+        "stdev": s.stdev,
+        "ci_low": s.ci_low,
+        "ci_high": s.ci_high,
+        "noisy": s.noisy,
+        "warmup_samples": samples.warmup_ms,
+    }
+    if samples.device_ms is not None:
+        out["device_samples"] = list(samples.device_ms)
+        out["device_median"] = summarize(samples.device_ms).median
+    return out
+
+
+def config_for(workload: "Workload", repeat: int, warmup: int, metrics: Iterable[str]) -> RunConfig:
+    """The RunConfig describing an already built workload (library use of ``measure``)."""
+    ctx = workload.ctx
+    return RunConfig(
+        model=ctx.name,
+        mode=ctx.mode,
+        device=str(ctx.device),
+        batch_size=ctx.batch_size,
+        size=ctx.size,
+        repeat=repeat,
+        warmup=warmup,
+        seed=ctx.seed,
+        metrics=tuple(metrics),
+    )
+
+
+def measure(
+    workload: "Workload",
+    repeat: int = 10,
+    warmup: int = 3,
+    *,
+    metrics: Iterable[str] = ("time", "memory"),
+    config: RunConfig | None = None,
+) -> RunRecord:
+    """Measure ``workload`` in this process.
+
+    Args:
+        workload: from :func:`torchgauge.create`.
+        repeat: timed iterations; every sample is kept.
+        warmup: untimed iterations first (lazy init, autotuning, compilation).
+        metrics: names from :func:`torchgauge.harness.metrics.list_metrics`.
+        config: the run configuration to record (the runner passes its own).
+
+    Returns:
+        A :class:`~torchgauge.results.schema.RunRecord` with ``metrics["time_ms"]``
+        (``samples``, ``median``, ``min``, ``max``, ``iqr``, ...) and memory fields.
+
+    Example:
+        >>> w = torchgauge.create("resnet18", mode="eval", size="smoke")  # doctest: +SKIP
+        >>> torchgauge.measure(w, repeat=10).metrics["time_ms"]["median"]  # doctest: +SKIP
+    """
+    from .registry import get_spec
+
+    if config is None:
+        config = config_for(workload, repeat, warmup, metrics)
+    else:
+        repeat, warmup, metrics = config.repeat, config.warmup, config.metrics
+    names = validate_metrics(tuple(metrics))
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t_start = time.perf_counter()
+    device = workload.device
+    timer = StepTimer(
+        workload.step,
+        sync=device_sync(device),
+        events=cuda_event_pair_factory() if device.type == "cuda" else None,
+    )
+    measured: dict[str, Any] = {}
+    warm = timer.warm_up(warmup)
+    if "time" in names or "memory" in names:
+        probe = MemoryProbe(device.type)
+        probe.start()
+        samples = timer.time(repeat, warmup_ns=warm)
+        if "time" in names:
+            measured["time_ms"] = timing_metrics(samples)
+        if "memory" in names:
+            measured.update(probe.read())
+    for name in names:
+        if name not in TIMED_PASS_METRICS:
+            measured.update(get_metric(name).collect(workload, config, measured))
+    try:
+        domain = get_spec(workload.name).domain
+    except KeyError:
+        domain = ""
+    return RunRecord(
+        config=config,
+        status="ok",
+        domain=domain,
+        metrics=measured,
+        batch_size=workload.batch_size,
+        started_at=started,
+        wall_s=round(time.perf_counter() - t_start, 3),
+    )

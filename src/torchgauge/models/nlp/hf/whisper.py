@@ -1,0 +1,79 @@
+"""Whisper-tiny speech recognition (log-mel encoder, token decoder).
+
+Paper: Radford et al., Robust Speech Recognition via Large-Scale Weak Supervision, 2022.
+Implementation: Hugging Face transformers ``WhisperForConditionalGeneration`` (Apache-2.0),
+random-initialised from the openai/whisper-tiny config (TorchBench's ``WhisperConfig()``
+defaults are the same sizes). Inputs are 30 s of 80-bin log-mel features (3000 frames)
+and a full 448-token decoder sequence: labels in training, decoder tokens in eval.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....registry import register_model
+from ....workload import BuildContext, Workload
+from .factory import HFModelSpec, create_hf_workload
+
+
+def speech_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Log-mel features ``(B, n_mels, 2 * max_source_positions)`` and ``seq_len`` decoder tokens."""
+    # The encoder's two convolutions (the second with stride 2) map 3000 frames to its 1500 positions.
+    frames = 2 * config.max_source_positions
+    inputs = {"input_features": ctx.randn(ctx.batch_size, config.num_mel_bins, frames)}
+    decoder_key = "labels" if ctx.train else "decoder_input_ids"
+    inputs[decoder_key] = ctx.randint(0, config.vocab_size, (ctx.batch_size, seq_len))
+    return inputs
+
+
+WHISPER_TINY = HFModelSpec(
+    checkpoint="openai/whisper-tiny",
+    config_class="WhisperConfig",
+    model_class="WhisperForConditionalGeneration",
+    config={
+        "vocab_size": 51865,
+        "num_mel_bins": 80,
+        "d_model": 384,
+        "encoder_layers": 4,
+        "decoder_layers": 4,
+        "encoder_attention_heads": 6,
+        "decoder_attention_heads": 6,
+        "encoder_ffn_dim": 1536,
+        "decoder_ffn_dim": 1536,
+        "max_source_positions": 1500,
+        "max_target_positions": 448,
+        "activation_function": "gelu",
+        "pad_token_id": 50257,
+        "bos_token_id": 50257,
+        "eos_token_id": 50257,
+        "decoder_start_token_id": 50258,  # <|startoftranscript|>
+    },
+    seq_len=(448, 448),  # max_target_positions: a full decoder context
+    inputs=speech_inputs,
+    smoke_config={
+        "vocab_size": 512,
+        "d_model": 32,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+        "max_source_positions": 16,  # 32 frames
+        "max_target_positions": 16,
+        "pad_token_id": 510,
+        "bos_token_id": 510,
+        "eos_token_id": 510,
+        "decoder_start_token_id": 511,
+    },
+)
+
+
+@register_model(
+    domain="speech", task="speech_recognition",
+    source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0)",
+    batch_size=(8, 64), tags=("hf",), param_count=37_760_640, hf_spec=WHISPER_TINY,
+)
+def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Whisper-tiny (WhisperForConditionalGeneration), 3000 mel frames, 448 decoder tokens."""
+    return create_hf_workload(ctx, WHISPER_TINY, **kwargs)

@@ -1,0 +1,188 @@
+"""Basic graph neural networks (GCN, GIN, GraphSAGE, EdgeCNN) for full-graph node classification.
+
+TorchBench's ``basic_gnn_*`` run PyTorch Geometric's ``BasicGNN`` models (MIT): three
+layers of 64 channels with ReLU in between. Here the message passing is written directly
+with ``index_add_`` / ``scatter_reduce`` over an edge list (no PyG dependency), on a
+random graph the size of Cora (2708 nodes, 5278 undirected edges stored both ways, 1433
+bag-of-words features, 7 classes), trained with cross-entropy over all nodes. Layers:
+
+* GCN (Kipf & Welling, 2017): ``D^-1/2 (A + I) D^-1/2 X W + b``;
+* GIN (Xu et al., 2019): ``MLP((1 + eps) x_i + sum_j x_j)``, eps = 0, MLP = Linear-BN-ReLU-Linear;
+* GraphSAGE (Hamilton et al., 2017): ``W_1 mean_j x_j + W_2 x_i`` (mean aggregator);
+* EdgeConv (Wang et al., 2019): ``max_j MLP([x_i, x_j - x_i])`` on the same graph.
+
+Edges are ``(2, E)`` index pairs (source, target); messages flow source -> target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from torchgauge.registry import register_model
+from torchgauge.workload import BuildContext, Workload
+
+__all__ = ["EdgeConv", "GCNConv", "GINConv", "SAGEConv", "aggregate", "gcn_edge_weights"]
+
+
+def _in_degree(target: torch.Tensor, num_nodes: int, dtype: torch.dtype) -> torch.Tensor:
+    # index_add rather than bincount: bincount has no deterministic CUDA kernel
+    return torch.zeros(num_nodes, dtype=dtype, device=target.device).index_add_(
+        0, target, torch.ones_like(target, dtype=dtype))
+
+
+def aggregate(messages: torch.Tensor, target: torch.Tensor, num_nodes: int, reduce: str) -> torch.Tensor:
+    """Reduce edge messages ``(E, C)`` onto their target nodes: ``(N, C)``.
+
+    ``reduce`` is ``"sum"``, ``"mean"`` or ``"max"``; nodes without incoming edges get zeros.
+    """
+    out = messages.new_zeros(num_nodes, messages.shape[1])
+    if reduce == "max":
+        index = target.unsqueeze(1).expand_as(messages)
+        return out.scatter_reduce(0, index, messages, reduce="amax", include_self=False)
+    out = out.index_add(0, target, messages)
+    if reduce == "mean":
+        out = out / _in_degree(target, num_nodes, messages.dtype).clamp(min=1).unsqueeze(1)
+    elif reduce != "sum":
+        raise ValueError(f"unknown reduce {reduce!r}; accepted: sum, mean, max")
+    return out
+
+
+def gcn_edge_weights(edges: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edges with a self loop per node added, and their weights ``1 / sqrt(deg(source) deg(target))``.
+
+    Degrees count incoming edges including the self loop (the graph is symmetric).
+    """
+    loops = torch.arange(num_nodes, device=edges.device).expand(2, -1)
+    edges = torch.cat([edges, loops], dim=1)
+    inv_sqrt = _in_degree(edges[1], num_nodes, torch.float32).rsqrt()
+    return edges, inv_sqrt[edges[0]] * inv_sqrt[edges[1]]
+
+
+class GCNConv(nn.Module):
+    """``x (N, C_in) -> (N, C_out)``: symmetric-normalised neighbourhood average of ``x W``, plus bias."""
+
+    def __init__(self, in_ch: int, out_ch: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(in_ch, out_ch, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_ch))
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        edges, weight = gcn_edge_weights(edges, x.shape[0])
+        h = self.lin(x)  # transform first: C_out < C_in on the input layer
+        return aggregate(h[edges[0]] * weight.unsqueeze(1).to(h.dtype), edges[1], x.shape[0], "sum") + self.bias
+
+
+class GINConv(nn.Module):
+    """``x -> MLP(x_i + sum_j x_j)``, MLP = Linear, BatchNorm, ReLU, Linear."""
+
+    def __init__(self, in_ch: int, out_ch: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(in_ch, out_ch), nn.BatchNorm1d(out_ch), nn.ReLU(), nn.Linear(out_ch, out_ch))
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x + aggregate(x[edges[0]], edges[1], x.shape[0], "sum"))
+
+
+class SAGEConv(nn.Module):
+    """``x -> W_1 mean_j x_j + b + W_2 x_i``."""
+
+    def __init__(self, in_ch: int, out_ch: int) -> None:
+        super().__init__()
+        self.lin_neighbours = nn.Linear(in_ch, out_ch)
+        self.lin_root = nn.Linear(in_ch, out_ch, bias=False)
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        return self.lin_neighbours(aggregate(x[edges[0]], edges[1], x.shape[0], "mean")) + self.lin_root(x)
+
+
+class EdgeConv(nn.Module):
+    """``x -> max_j Linear([x_i, x_j - x_i])``: an edge function on the pair, max over neighbours."""
+
+    def __init__(self, in_ch: int, out_ch: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2 * in_ch, out_ch)
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        x_i, x_j = x[edges[1]], x[edges[0]]  # (E, C) at target and source
+        return aggregate(self.lin(torch.cat([x_i, x_j - x_i], dim=1)), edges[1], x.shape[0], "max")
+
+
+_LAYERS = {"gcn": GCNConv, "gin": GINConv, "sage": SAGEConv, "edgecnn": EdgeConv}
+
+
+@dataclass(frozen=True)
+class GNNConfig:
+    layer: str = "gcn"  # key of _LAYERS
+    num_nodes: int = 2708  # Cora
+    num_edges: int = 5278  # undirected; stored in both directions
+    in_channels: int = 1433  # bag-of-words vocabulary
+    hidden: int = 64  # TorchBench's basic_gnn width
+    num_layers: int = 3
+    num_classes: int = 7
+    dropout: float = 0.5  # Kipf & Welling's Cora setting
+
+
+class BasicGNN(nn.Module):
+    """Node features ``(N, C_in)`` and edges ``(2, E)`` -> class logits ``(N, classes)``."""
+
+    def __init__(self, cfg: GNNConfig) -> None:
+        super().__init__()
+        layer = _LAYERS[cfg.layer]
+        widths = [cfg.in_channels] + [cfg.hidden] * (cfg.num_layers - 1) + [cfg.num_classes]
+        self.convs = nn.ModuleList(layer(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(F.dropout(x, self.dropout, self.training), edges)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+def _create_basic_gnn(ctx: BuildContext, **kwargs) -> Workload:
+    smoke = dict(num_nodes=64, num_edges=256, in_channels=32) if ctx.smoke else {}
+    cfg = replace(GNNConfig(), **{**smoke, **kwargs})
+    if cfg.layer not in _LAYERS:
+        raise ValueError(f"unknown layer {cfg.layer!r}; accepted: {', '.join(_LAYERS)}")
+    n = cfg.num_nodes
+    source = ctx.randint(0, n, (cfg.num_edges,))
+    target = (source + ctx.randint(1, n, (cfg.num_edges,))) % n  # no self loops
+    edges = torch.cat([torch.stack([source, target]), torch.stack([target, source])], dim=1)  # (2, 2 E)
+    features = (ctx.rand(n, cfg.in_channels) < 18 / 1433).float()  # ~18 words per Cora paper
+    labels = ctx.randint(0, cfg.num_classes, (n,))
+    model = BasicGNN(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4) if ctx.train else None
+    return Workload(ctx, model, (features, edges), labels, loss_fn=F.cross_entropy, optimizer=opt)
+
+
+_SPEC = dict(domain="other", task="node_classification", batch_size=(1, 1), tags=("gnn",),
+             source="TorchBench basic_gnn (PyG BasicGNN) on a Cora-sized random graph")
+
+
+@register_model(**_SPEC)
+def basic_gnn_gcn(ctx: BuildContext, **kwargs) -> Workload:
+    """3-layer GCN, 64 hidden, Cora-sized graph."""
+    return _create_basic_gnn(ctx, **{"layer": "gcn", **kwargs})
+
+
+@register_model(**_SPEC)
+def basic_gnn_gin(ctx: BuildContext, **kwargs) -> Workload:
+    """3-layer GIN (sum aggregation, Linear-BN-ReLU-Linear MLPs), 64 hidden."""
+    return _create_basic_gnn(ctx, **{"layer": "gin", **kwargs})
+
+
+@register_model(**_SPEC)
+def basic_gnn_sage(ctx: BuildContext, **kwargs) -> Workload:
+    """3-layer GraphSAGE (mean aggregation), 64 hidden."""
+    return _create_basic_gnn(ctx, **{"layer": "sage", **kwargs})
+
+
+@register_model(**_SPEC)
+def basic_gnn_edgecnn(ctx: BuildContext, **kwargs) -> Workload:
+    """3-layer EdgeCNN (EdgeConv, max aggregation) on the same graph, 64 hidden."""
+    return _create_basic_gnn(ctx, **{"layer": "edgecnn", **kwargs})

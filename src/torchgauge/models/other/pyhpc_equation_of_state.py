@@ -1,0 +1,145 @@
+"""pyhpc equation of state: d/dCT of the dynamic enthalpy of seawater, one large elementwise kernel.
+
+Reference: pyhpc-benchmarks ``equation_of_state`` (Dion Häfner, Unlicense), taken from the
+Veros ocean model (MIT): ``gsw_dHdT`` of the computationally efficient 48-term expression
+for density (IOC, SCOR and IAPSO, TEOS-10 manual, 2010; McDougall et al. 2003). The
+reference is Maple output; here the same quantity is derived in closed form:
+
+    specific volume  v(p) = Den(p) / Num(p),  Num quadratic and Den cubic in p
+    dynamic enthalpy h(p) = 1e4 * integral_0^p v dp'          (dbar -> Pa)
+
+Dividing Den by Num gives a polynomial part plus ``(r0 + r1 p) / Num``, which integrates
+to a log term and an inverse-hyperbolic term. Every coefficient is a polynomial in CT whose
+CT-slope comes from Horner's rule, and the chain rule then gives dh/dCT exactly. Inputs are
+float64, as in the reference and TorchBench.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchgauge.registry import register_model
+from torchgauge.workload import BuildContext, Workload
+
+from .ocean_grid import PYHPC_SPEC, grid_shape, problem_points
+
+__all__ = ["gsw_dhdct", "specific_volume"]
+
+# v01..v48 of the 48-term density expression (TEOS-10), keyed by their published index.
+_V = {
+    1: 9.998420897506056e2, 2: 2.839940833161907e0, 3: -3.147759265588511e-2,
+    4: 1.181805545074306e-3, 5: -6.698001071123802e0, 6: -2.986498947203215e-2,
+    7: 2.327859407479162e-4, 8: -3.988822378968490e-2, 9: 5.095422573880500e-4,
+    10: -1.426984671633621e-5, 11: 1.645039373682922e-7, 12: -2.233269627352527e-2,
+    13: -3.436090079851880e-4, 14: 3.726050720345733e-6, 15: -1.806789763745328e-4,
+    16: 6.876837219536232e-7, 17: -3.087032500374211e-7, 18: -1.988366587925593e-8,
+    19: -1.061519070296458e-11, 20: 1.550932729220080e-10, 21: 1.0e0,
+    22: 2.775927747785646e-3, 23: -2.349607444135925e-5, 24: 1.119513357486743e-6,
+    25: 6.743689325042773e-10, 26: -7.521448093615448e-3, 27: -2.764306979894411e-5,
+    28: 1.262937315098546e-7, 29: 9.527875081696435e-10, 30: -1.811147201949891e-11,
+    31: -3.303308871386421e-5, 32: 3.801564588876298e-7, 33: -7.672876869259043e-9,
+    34: -4.634182341116144e-11, 35: 2.681097235569143e-12, 36: 5.419326551148740e-6,
+    37: -2.742185394906099e-5, 38: -3.212746477974189e-7, 39: 3.191413910561627e-9,
+    40: -1.931012931541776e-12, 41: -1.105097577149576e-7, 42: 6.211426728363857e-10,
+    43: -1.119011592875110e-10, 44: -1.941660213148725e-11, 45: -1.864826425365600e-14,
+    46: 1.119522344879478e-14, 47: -1.200507748551599e-15, 48: 6.057902487546866e-17,
+}
+_DBAR_TO_PA = 1e4
+
+
+def _horner(x, coeffs):
+    """Value and d/dx of ``sum_k coeffs[k] * x**k`` (coefficients may be tensors)."""
+    value, slope = coeffs[-1], None
+    for c in coeffs[-2::-1]:
+        slope = value if slope is None else slope * x + value
+        value = value * x + c
+    return value, slope
+
+
+def _pressure_coefficients(sa: torch.Tensor, ct: torch.Tensor):
+    """(value, d/dCT) of the p-coefficients: Num = a + 2 b p + c p^2, Den = d0 + d1 p + d2 p^2 + d3 p^3."""
+    v = _V
+    sa15 = sa * torch.sqrt(sa)  # SA^1.5
+    a = _horner(ct, (v[1] + v[5] * sa + v[8] * sa15, v[2] + v[6] * sa + v[9] * sa15,
+                     v[3] + v[7] * sa + v[10] * sa15, v[4] + v[11] * sa15))
+    b = _horner(ct, (0.5 * (v[12] + v[15] * sa), 0.5 * (v[13] + v[16] * sa), 0.5 * v[14]))
+    c = _horner(ct, (v[17] + v[20] * sa, v[18], v[19]))
+    d0 = _horner(ct, (v[21] + sa * (v[26] + v[36] * sa) + v[31] * sa15, v[22] + v[27] * sa + v[32] * sa15,
+                      v[23] + v[28] * sa + v[33] * sa15, v[24] + v[29] * sa + v[34] * sa15,
+                      v[25] + v[30] * sa + v[35] * sa15))
+    d1 = _horner(ct, (v[37] + v[41] * sa, v[38] + v[42] * sa, v[39], v[40]))
+    d2 = _horner(ct, (v[43], v[44] + v[46] * sa, v[45]))
+    d3 = _horner(ct, (v[47], v[48]))
+    return a, b, c, d0, d1, d2, d3
+
+
+def specific_volume(sa: torch.Tensor, ct: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Specific volume ``1/rho`` [m^3/kg] of the 48-term expression (SA g/kg, CT degC, p dbar)."""
+    (a, _), (b, _), (c, _), (d0, _), (d1, _), (d2, _), (d3, _) = _pressure_coefficients(sa, ct)
+    return (d0 + p * (d1 + p * (d2 + p * d3))) / (a + p * (2 * b + c * p))
+
+
+def gsw_dhdct(sa: torch.Tensor, ct: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """d/dCT of dynamic enthalpy [J/(kg K)] for Absolute Salinity, Conservative Temperature, pressure.
+
+    Args:
+        sa: Absolute Salinity [g/kg], ``(nx, ny, nz)``.
+        ct: Conservative Temperature [degC], ``(nx, ny, nz)``.
+        p: sea pressure [dbar], broadcastable, e.g. ``(1, 1, nz)``.
+    """
+    (a, da), (b, db), (c, dc), (d0, dd0), (d1, dd1), (d2, dd2), (d3, dd3) = _pressure_coefficients(sa, ct)
+    # Den = (q0 + q1 p) * Num + (r0 + r1 p)
+    q1 = d3 / c
+    dq1 = (dd3 - q1 * dc) / c
+    q0 = (d2 - 2 * b * q1) / c
+    dq0 = (dd2 - 2 * (db * q1 + b * dq1) - q0 * dc) / c
+    r1 = d1 - q1 * a - 2 * b * q0
+    dr1 = dd1 - dq1 * a - q1 * da - 2 * (db * q0 + b * dq0)
+    r0 = d0 - q0 * a
+    dr0 = dd0 - dq0 * a - q0 * da
+    # (r0 + r1 p) / Num = f * Num'(p) / Num + e / Num, with f = r1 / 2c and e = r0 - r1 b / c
+    f = r1 / (2 * c)
+    df = (dr1 - r1 * dc / c) / (2 * c)
+    e = r0 - r1 * b / c
+    de = dr0 - (dr1 * b + r1 * db) / c + r1 * b * dc / (c * c)
+    # integral_0^p f Num'/Num = f ln(Num(p) / a)
+    num = a + p * (2 * b + c * p)
+    dnum = da + p * (2 * db + dc * p)
+    log_num = torch.log(num / a)
+    dlog_num = dnum / num - da / a
+    # integral_0^p dp'/Num = ln(R) / 2s, s^2 = b^2 - a c, R = 1 + 2 c p s / ((b - s)(b + s + c p))
+    s = torch.sqrt(b * b - a * c)
+    ds = (2 * b * db - da * c - a * dc) / (2 * s)
+    m = (b - s) * (b + s + c * p)
+    dm = (db - ds) * (b + s + c * p) + (b - s) * (db + ds + dc * p)
+    n = 2 * c * p * s
+    dn = 2 * p * (dc * s + c * ds)
+    ratio = 1 + n / m
+    inv = torch.log(ratio) / (2 * s)
+    dinv = ((dn * m - n * dm) / (m * m * ratio) - 2 * inv * ds) / (2 * s)
+    poly = p * (dq0 + 0.5 * dq1 * p)
+    return _DBAR_TO_PA * (poly + df * log_num + f * dlog_num + de * inv + e * dinv)
+
+
+class EquationOfState(nn.Module):
+    """``(sa, ct, p)`` -> dh/dCT ``(nx, ny, nz)``; no parameters."""
+
+    def forward(self, sa: torch.Tensor, ct: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return gsw_dhdct(sa, ct, p)
+
+
+def _create_equation_of_state(ctx: BuildContext) -> Workload:
+    nx, ny, nz = grid_shape(problem_points(ctx))
+    f64 = torch.float64
+    # Oceanic ranges of pyhpc's input generator.
+    sa = ctx.rand(nx, ny, nz, dtype=f64) * (10 - 1e-2) + 1e-2  # [g/kg]
+    ct = ctx.rand(nx, ny, nz, dtype=f64) * 32 - 12  # [degC]
+    p = ctx.rand(1, 1, nz, dtype=f64) * 1000  # [dbar], one pressure per level
+    return Workload(ctx, EquationOfState(), (sa, ct, p))
+
+
+@register_model(source="pyhpc-benchmarks equation_of_state (Veros gsw_dHdT, TEOS-10 48-term)", **PYHPC_SPEC)
+def pyhpc_equation_of_state(ctx: BuildContext, **kwargs) -> Workload:
+    """TEOS-10 48-term dh/dCT on a 204x204x26 float64 grid (2**20 points)."""
+    return _create_equation_of_state(ctx, **kwargs)

@@ -1,0 +1,3 @@
+"""Recommendation models: one file per architecture family, imported here to register them."""
+
+from . import deep_recommender, dlrm  # noqa: F401  (registers models)

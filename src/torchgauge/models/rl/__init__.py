@@ -1,0 +1,6 @@
+"""Reinforcement-learning models: one file per architecture family, imported here to register them.
+
+``envs.py`` holds the in-torch environments and the replay buffer they share.
+"""
+
+from . import drq, learning_to_paint, sac  # noqa: F401  (registers models)

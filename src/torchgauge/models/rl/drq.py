@@ -1,0 +1,173 @@
+"""DrQ: Data-regularized Q, SAC from pixels with random-shift augmentation.
+
+Kostrikov, Yarats & Fergus, "Image Augmentation Is All You Need", 2020 (arXiv:2004.13649);
+denisyarats/drq (MIT license) as configured by TorchBench's ``drq``: stacked 84x84 RGB
+frames (3 frames, 9 channels) through a 4-layer 32-filter conv encoder, a 50-d LayerNorm +
+tanh feature, a tanh-Gaussian actor and twin Q heads (1024 wide, depth 2). Actor and critic
+own their encoder heads but share the convolutions; the actor's update does not reach the
+convolutions. Every sampled batch is augmented twice by replicate-padding 4 pixels and
+cropping back at a random offset per image; the critic target averages both views.
+The frames are :class:`~torchgauge.models.rl.envs.PixelPendulum` renders.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ...registry import register_model
+from ...workload import BuildContext, Workload
+from .envs import PendulumEnv, PixelPendulum, ReplayBuffer, device_generator
+from .sac import (
+    OffPolicyWorkload, TanhNormal, TwinQ, frozen_copy, mlp, optimizer_step, orthogonal_init, polyak_update,
+    squashed_gaussian,
+)  # fmt: skip
+
+__all__ = ["random_shift"]
+
+
+@dataclass(frozen=True)
+class DrQConfig:
+    """TorchBench's DRQConfig."""
+
+    image_size: int = 84
+    frame_stack: int = 3
+    action_repeat: int = 4
+    image_pad: int = 4  # random shift of up to +-4 pixels
+    num_filters: int = 32
+    feature_dim: int = 50
+    hidden_dim: int = 1024
+    hidden_depth: int = 2
+    log_std_bounds: tuple[float, float] = (-10.0, 2.0)
+    lr: float = 1e-3  # actor, critic and temperature
+    discount: float = 0.99
+    init_temperature: float = 0.1
+    critic_tau: float = 0.01
+    actor_update_frequency: int = 2
+    critic_target_update_frequency: int = 2
+    num_envs: int = 1  # env transitions collected per training step
+    # The reference holds 100k transitions in host memory; 10k uint8 frame stacks on the
+    # device (1.3 GB) change only the sampling range, not the per-step work.
+    replay_capacity: int = 10_000
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """Replicate-pad ``(N, C, H, W)`` by ``pad`` and crop back to H x W at a random offset per image."""
+    n, c, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")  # (N, C, H+2p, W+2p)
+    offsets = torch.randint(0, 2 * pad + 1, (n, 2, 1), generator=generator, device=images.device)
+    rows = (offsets[:, 0] + torch.arange(h, device=images.device)).view(n, 1, h, 1)
+    cols = (offsets[:, 1] + torch.arange(w, device=images.device)).view(n, 1, 1, w)
+    padded = padded.gather(2, rows.expand(n, c, h, w + 2 * pad))  # (N, C, H, W+2p)
+    return padded.gather(3, cols.expand(n, c, h, w))
+
+
+class Encoder(nn.Module):
+    """Frames ``(B, C, S, S)`` uint8-valued -> features ``(B, feature_dim)`` in (-1, 1)."""
+
+    def __init__(self, channels: int, image_size: int, num_filters: int, feature_dim: int) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(channels, num_filters, 3, stride=2)] + [nn.Conv2d(num_filters, num_filters, 3) for _ in range(3)]
+        )
+        side = (image_size - 3) // 2 + 1 - 2 * 3  # 84 -> 41 -> 39 -> 37 -> 35
+        self.head = nn.Sequential(nn.Linear(num_filters * side * side, feature_dim), nn.LayerNorm(feature_dim))
+
+    def forward(self, obs: torch.Tensor, detach_convs: bool = False) -> torch.Tensor:
+        h = obs / 255.0
+        for conv in self.convs:
+            h = torch.relu(conv(h))  # (B, F, 35, 35) at the end
+        h = h.flatten(1)
+        if detach_convs:
+            h = h.detach()
+        return torch.tanh(self.head(h))
+
+
+class DrQAgent(nn.Module):
+    """Actor and critic (each with an encoder; convolutions shared), critic target, log-temperature."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], action_dim: int, cfg: DrQConfig) -> None:
+        super().__init__()
+        self.log_std_bounds = cfg.log_std_bounds
+        channels, size, _ = obs_shape
+        self.critic_encoder = Encoder(channels, size, cfg.num_filters, cfg.feature_dim)
+        self.critic = TwinQ(cfg.feature_dim + action_dim, cfg.hidden_dim, cfg.hidden_depth)
+        self.actor_encoder = Encoder(channels, size, cfg.num_filters, cfg.feature_dim)
+        self.actor = mlp(cfg.feature_dim, cfg.hidden_dim, 2 * action_dim, cfg.hidden_depth)
+        self.apply(orthogonal_init)
+        self.actor_encoder.convs = self.critic_encoder.convs  # tie the convolutions, as the reference
+        self.target_encoder = frozen_copy(self.critic_encoder)
+        self.critic_target = frozen_copy(self.critic)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.init_temperature)))
+
+    def policy(self, obs: torch.Tensor, detach_convs: bool = False) -> TanhNormal:
+        return squashed_gaussian(self.actor(self.actor_encoder(obs, detach_convs)), self.log_std_bounds)
+
+    def q(self, obs: torch.Tensor, action: torch.Tensor, detach_convs: bool = False) -> tuple[torch.Tensor, ...]:
+        return self.critic(torch.cat([self.critic_encoder(obs, detach_convs), action], dim=-1))
+
+    def target_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return torch.min(*self.critic_target(torch.cat([self.target_encoder(obs), action], dim=-1)))
+
+
+class DrQ(OffPolicyWorkload):
+    """DrQ on rendered pendulums: train = collect + one DrQ update; eval = one greedy env step."""
+
+    def __init__(
+        self, ctx: BuildContext, agent: DrQAgent, env: PixelPendulum, buffer: ReplayBuffer | None, cfg: DrQConfig
+    ) -> None:
+        super().__init__(ctx, agent, env, buffer, cfg)
+        self.augment_generator = device_generator(ctx)
+        if ctx.train:
+            # The actor's encoder includes the shared convolutions, as in the reference (they get no actor gradient).
+            actor_params = [*agent.actor_encoder.parameters(), *agent.actor.parameters()]
+            self.actor_optimizer = torch.optim.Adam(actor_params, lr=cfg.lr)
+            critic_params = [*agent.critic_encoder.parameters(), *agent.critic.parameters()]
+            self.critic_optimizer = torch.optim.Adam(critic_params, lr=cfg.lr)
+            self.alpha_optimizer = torch.optim.Adam([agent.log_alpha], lr=cfg.lr)
+
+    def train_step(self) -> torch.Tensor:
+        """Collect, then the critic update on two augmented views and, every other step, actor and alpha."""
+        agent, cfg = self.module, self.cfg
+        self.collect()
+        batch = self.buffer.sample(self.batch_size)
+        shift = lambda x: random_shift(x.float(), cfg.image_pad, self.augment_generator)  # noqa: E731
+        obs, obs_aug = shift(batch["obs"]), shift(batch["obs"])
+        next_obs, next_obs_aug = shift(batch["next_obs"]), shift(batch["next_obs"])
+        reward, terminal = batch["reward"], batch["terminal"]
+        with torch.no_grad(), self.autocast():
+            target = self.soft_td_target(next_obs, reward, terminal, cfg.discount)
+            target = (target + self.soft_td_target(next_obs_aug, reward, terminal, cfg.discount)) / 2
+        with self.autocast():
+            critic_loss = sum(F.mse_loss(q, target) for view in (obs, obs_aug) for q in agent.q(view, batch["action"]))
+        loss = optimizer_step(self.critic_optimizer, critic_loss)
+        if self.updates % cfg.actor_update_frequency == 0:
+            loss = loss + self.update_actor_and_alpha(obs, detach_convs=True)  # the convolutions learn from Q only
+        if self.updates % cfg.critic_target_update_frequency == 0:
+            polyak_update(agent.target_encoder, agent.critic_encoder, cfg.critic_tau)
+            polyak_update(agent.critic_target, agent.critic, cfg.critic_tau)
+        self.updates += 1
+        return loss
+
+
+def _create_drq(ctx: BuildContext, **kwargs) -> Workload:
+    cfg = DrQConfig(**kwargs)
+    env = PixelPendulum(PendulumEnv.for_workload(ctx, cfg.num_envs), cfg.image_size, cfg.frame_stack, cfg.action_repeat)
+    agent = DrQAgent(env.obs_shape, env.action_dim, cfg).to(ctx.device)
+    buffer = ReplayBuffer.for_training(ctx, cfg.replay_capacity, env.obs_shape, torch.uint8, env.action_dim)
+    return DrQ(ctx, agent, env, buffer, cfg).warm_up()
+
+
+@register_model(
+    domain="rl", task="continuous_control", batch_size=(128, 1), param_count=11_460_553,
+    source="Kostrikov et al., Image Augmentation Is All You Need, 2020; denisyarats/drq (MIT) as in TorchBench",
+    notes="Parameters include the critic target and the log-temperature; shared convolutions count once. "
+    "Eval batch = envs acting.",
+)  # fmt: skip
+def drq(ctx: BuildContext, **kwargs) -> Workload:
+    """DrQ on 84x84 pendulum renders, 3 stacked frames, 4-conv encoder, 1024-wide actor and twin critics."""
+    return _create_drq(ctx, **kwargs)

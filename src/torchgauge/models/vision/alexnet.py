@@ -1,0 +1,54 @@
+"""AlexNet: Krizhevsky et al., "ImageNet Classification with Deep Convolutional Neural Networks", 2012.
+
+Follows torchvision's ``models/alexnet.py`` (BSD-3-Clause), the single-GPU variant of
+Krizhevsky's "One weird trick" paper (2014): 64-192-384-256-256 conv filters, no local
+response normalisation, two 4096-wide dropout layers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchgauge.registry import register_model
+from torchgauge.workload import BuildContext, Workload, image_classification
+
+__all__ = ["AlexNet"]
+
+
+class AlexNet(nn.Module):
+    """Images ``(B, 3, H, W)`` -> logits ``(B, num_classes)``; H, W >= 63."""
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.5) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(inplace=True),  # (B, 64, 55, 55) at 224
+            nn.MaxPool2d(3, 2),  # (B, 64, 27, 27)
+            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2),  # (B, 192, 13, 13)
+            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2),  # (B, 256, 6, 6)
+        )  # fmt: skip
+        self.avgpool = nn.AdaptiveAvgPool2d(6)  # fixes the classifier input for any image size
+        self.classifier = nn.Sequential(
+            nn.Dropout(dropout), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
+            nn.Dropout(dropout), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+            nn.Linear(4096, num_classes),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
+@register_model(
+    domain="vision", task="classification", source="Krizhevsky et al., AlexNet, 2012; torchvision alexnet",
+    batch_size=(128, 128), param_count=61_100_840,
+)  # fmt: skip
+def alexnet(ctx: BuildContext, **kwargs) -> Workload:
+    """AlexNet at 224x224 (smoke: 64 px, the smallest size that survives its three pools)."""
+    model = AlexNet(**kwargs)
+    num_classes = model.classifier[-1].out_features
+    return image_classification(ctx, model, image_size=ctx.pick(224, 64), num_classes=num_classes)

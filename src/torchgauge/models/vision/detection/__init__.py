@@ -1,0 +1,16 @@
+"""Detection, segmentation and OCR models (issue 4), one file per architecture family.
+
+Inference output format (every box detector here)::
+
+    [  # one dict per image
+        {
+            "boxes": Tensor (N, 4) float, (x1, y1, x2, y2) in input-image pixels,
+            "scores": Tensor (N,) float, highest first,
+            "labels": Tensor (N,) int64, in the model's own class ids,
+            "masks": Tensor (N, 1, H, W) float probabilities (instance segmentation only),
+        },
+        ...
+    ]
+"""
+
+from . import rcnn  # noqa: F401  (registers models)

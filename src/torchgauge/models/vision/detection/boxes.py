@@ -1,0 +1,281 @@
+"""Box operations shared by every detector: IoU, box coding, NMS, anchors, matching, sampling.
+
+Plain-PyTorch counterparts of ``torchvision.ops`` (BSD-3-Clause) and Detectron2's
+``Box2BoxTransform`` / ``Matcher`` / ``subsample_labels`` / ``DefaultAnchorGenerator``
+(Apache-2.0), written from the definitions in Ren et al., "Faster R-CNN" (2015) and
+Lin et al., "Feature Pyramid Networks" (2017). Boxes are ``(N, 4)`` float tensors of
+absolute ``(x1, y1, x2, y2)`` pixel coordinates.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "AnchorGenerator",
+    "BoxCoder",
+    "Matcher",
+    "anchor_shapes",
+    "batched_nms",
+    "box_area",
+    "box_iou",
+    "clip_boxes",
+    "nms",
+    "nonempty_boxes",
+    "sample_labels",
+]
+
+# Deltas dw/dh are clamped to log(1000/16) before exp(), as in Detectron2 and torchvision,
+# so that a wild prediction cannot produce a box more than ~60x its anchor.
+DEFAULT_SCALE_CLAMP = math.log(1000.0 / 16)
+# batched_nms offsets boxes per category up to this many boxes (one NMS); above it, it runs one
+# NMS per category, each on fewer boxes (torchvision switches at 4000 on CPU).
+BATCHED_NMS_SINGLE_MATRIX_MAX = 4000
+# NMS resolves this many score-sorted boxes per vectorised step (see ``nms``).
+NMS_BLOCK = 512
+
+
+def box_area(boxes: Tensor) -> Tensor:
+    """Areas ``(N,)`` of boxes ``(N, 4)``."""
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+
+
+def box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
+    """Pairwise IoU ``(N, M)``; pairs that do not overlap (or degenerate boxes) give 0."""
+    top_left = torch.max(boxes1[:, None, :2], boxes2[None, :, :2])  # (N, M, 2)
+    bottom_right = torch.min(boxes1[:, None, 2:], boxes2[None, :, 2:])
+    inter = (bottom_right - top_left).clamp(min=0).prod(dim=2)  # (N, M)
+    union = box_area(boxes1)[:, None] + box_area(boxes2)[None, :] - inter
+    return torch.where(inter > 0, inter / union, torch.zeros_like(inter))
+
+
+def clip_boxes(boxes: Tensor, image_size: tuple[int, int]) -> Tensor:
+    """Clip boxes ``(..., 4)`` to an image of ``(height, width)``."""
+    height, width = image_size
+    x = boxes[..., 0::2].clamp(min=0, max=width)
+    y = boxes[..., 1::2].clamp(min=0, max=height)
+    return torch.stack((x[..., 0], y[..., 0], x[..., 1], y[..., 1]), dim=-1)
+
+
+def nonempty_boxes(boxes: Tensor, min_size: float = 0.0) -> Tensor:
+    """Boolean ``(N,)``: width and height both larger than ``min_size``."""
+    widths = boxes[:, 2] - boxes[:, 0]
+    heights = boxes[:, 3] - boxes[:, 1]
+    return (widths > min_size) & (heights > min_size)
+
+
+class BoxCoder:
+    """Faster R-CNN box parameterisation: deltas ``(dx, dy, dw, dh)`` of a box w.r.t. a reference.
+
+    ``dx = wx * (cx - ref_cx) / ref_w``, ``dw = ww * log(w / ref_w)`` and the same for y/h.
+    """
+
+    def __init__(self, weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0), scale_clamp: float = DEFAULT_SCALE_CLAMP):
+        self.weights = tuple(float(w) for w in weights)
+        self.scale_clamp = scale_clamp
+
+    def encode(self, reference: Tensor, target: Tensor) -> Tensor:
+        """Deltas ``(N, 4)`` that turn ``reference`` boxes into ``target`` boxes (both ``(N, 4)``)."""
+        wx, wy, ww, wh = self.weights
+        ref_w = reference[:, 2] - reference[:, 0]
+        ref_h = reference[:, 3] - reference[:, 1]
+        ref_cx = reference[:, 0] + 0.5 * ref_w
+        ref_cy = reference[:, 1] + 0.5 * ref_h
+        w = target[:, 2] - target[:, 0]
+        h = target[:, 3] - target[:, 1]
+        cx = target[:, 0] + 0.5 * w
+        cy = target[:, 1] + 0.5 * h
+        return torch.stack(
+            (wx * (cx - ref_cx) / ref_w, wy * (cy - ref_cy) / ref_h, ww * torch.log(w / ref_w), wh * torch.log(h / ref_h)),
+            dim=1,
+        )
+
+    def decode(self, deltas: Tensor, reference: Tensor) -> Tensor:
+        """Boxes ``(N, 4k)`` from deltas ``(N, 4k)`` (k boxes per reference, e.g. one per class)."""
+        reference = reference.to(deltas.dtype)
+        wx, wy, ww, wh = self.weights
+        ref_w = (reference[:, 2] - reference[:, 0])[:, None]
+        ref_h = (reference[:, 3] - reference[:, 1])[:, None]
+        ref_cx = reference[:, 0, None] + 0.5 * ref_w
+        ref_cy = reference[:, 1, None] + 0.5 * ref_h
+        dx, dy = deltas[:, 0::4] / wx, deltas[:, 1::4] / wy
+        dw = (deltas[:, 2::4] / ww).clamp(max=self.scale_clamp)
+        dh = (deltas[:, 3::4] / wh).clamp(max=self.scale_clamp)
+        cx, cy = dx * ref_w + ref_cx, dy * ref_h + ref_cy
+        half_w, half_h = 0.5 * torch.exp(dw) * ref_w, 0.5 * torch.exp(dh) * ref_h
+        boxes = torch.stack((cx - half_w, cy - half_h, cx + half_w, cy + half_h), dim=2)  # (N, k, 4)
+        return boxes.reshape(deltas.shape)
+
+
+def _overlaps_above(boxes1: Tensor, boxes2: Tensor, iou_threshold: float) -> Tensor:
+    """Boolean ``(N, M)``: IoU > threshold, via ``inter > t * union`` (no division, few temporaries)."""
+    inter_w = torch.min(boxes1[:, None, 2], boxes2[None, :, 2]) - torch.max(boxes1[:, None, 0], boxes2[None, :, 0])
+    inter_h = torch.min(boxes1[:, None, 3], boxes2[None, :, 3]) - torch.max(boxes1[:, None, 1], boxes2[None, :, 1])
+    inter = inter_w.clamp_(min=0).mul_(inter_h.clamp_(min=0))
+    union = box_area(boxes1)[:, None] + box_area(boxes2)[None, :] - inter
+    return inter > union.mul_(iou_threshold)
+
+
+def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, max_output: int | None = None) -> Tensor:
+    """Greedy non-maximum suppression; indices of kept boxes, highest score first.
+
+    Exactly the greedy result (a box survives iff no higher-scored survivor overlaps it by more
+    than ``iou_threshold``), computed block by block over the score-sorted boxes instead of box
+    by box. A block of ``NMS_BLOCK`` boxes is first checked against all earlier survivors at
+    once; inside the block the keep mask is the fixed point of
+    ``keep[j] = alive[j] and not any_i(keep[i] and S[i, j])`` (``S[i, j]``: i ranks above j and
+    overlaps it). Iteration k settles at least the first k boxes and the fixed point is unique,
+    so a few matrix rounds suffice. Survivors are decided in score order, so ``max_output``
+    (keep only the top survivors, as every detector does) can stop early.
+    """
+    if boxes.numel() == 0:
+        return torch.empty(0, dtype=torch.int64, device=boxes.device)
+    order = scores.argsort(descending=True)
+    boxes = boxes[order]
+    num = boxes.shape[0]
+    max_output = num if max_output is None else max_output
+    keep = torch.zeros(num, dtype=torch.bool, device=boxes.device)
+    survivors = boxes[:0]
+    for start in range(0, num, NMS_BLOCK):
+        stop = min(start + NMS_BLOCK, num)
+        block = boxes[start:stop]
+        alive = ~_overlaps_above(survivors, block, iou_threshold).any(dim=0)
+        suppresses = _overlaps_above(block, block, iou_threshold).triu_(diagonal=1)
+        block_keep = alive
+        while True:
+            new_keep = alive & ~(suppresses & block_keep[:, None]).any(dim=0)
+            if torch.equal(new_keep, block_keep):
+                break
+            block_keep = new_keep
+        keep[start:stop] = block_keep
+        survivors = torch.cat((survivors, block[block_keep]))
+        if survivors.shape[0] >= max_output:
+            break
+    return order[keep][:max_output]
+
+
+def batched_nms(
+    boxes: Tensor, scores: Tensor, categories: Tensor, iou_threshold: float, max_output: int | None = None
+) -> Tensor:
+    """NMS within each category (class or pyramid level); indices kept, highest score first."""
+    if boxes.numel() == 0:
+        return torch.empty(0, dtype=torch.int64, device=boxes.device)
+    if boxes.shape[0] <= BATCHED_NMS_SINGLE_MATRIX_MAX:
+        # Shift each category to its own region of the plane so that boxes of different
+        # categories never overlap, then run a single NMS.
+        offsets = categories.to(boxes) * (boxes.max() - boxes.min() + 1)
+        return nms(boxes + offsets[:, None], scores, iou_threshold, max_output)
+    keep_mask = torch.zeros_like(scores, dtype=torch.bool)
+    for category in torch.unique(categories).tolist():
+        members = torch.nonzero(categories == category).squeeze(1)
+        keep_mask[members[nms(boxes[members], scores[members], iou_threshold, max_output)]] = True
+    kept = torch.nonzero(keep_mask).squeeze(1)
+    return kept[scores[kept].argsort(descending=True)][:max_output]
+
+
+def anchor_shapes(
+    sizes: Sequence[float], aspect_ratios: Sequence[float], round_to_int: bool = False
+) -> list[tuple[float, float]]:
+    """Anchor ``(width, height)`` per size and aspect ratio (height / width), area ``size**2``.
+
+    Sizes vary slowest (Detectron2's order). ``round_to_int`` rounds the corners as
+    torchvision's ``AnchorGenerator`` does.
+    """
+    shapes = []
+    for size in sizes:
+        for ratio in aspect_ratios:
+            width = math.sqrt(size * size / ratio)
+            height = width * ratio
+            if round_to_int:
+                width, height = 2 * round(width / 2), 2 * round(height / 2)
+            shapes.append((float(width), float(height)))
+    return shapes
+
+
+class AnchorGenerator(nn.Module):
+    """Anchors on every feature-map cell of every pyramid level.
+
+    Args:
+        shapes_per_level: anchor ``(width, height)`` list per level (A anchors per cell).
+        strides: feature stride of each level in input pixels.
+        offset: anchor centre within a cell, in strides (0.0: top-left corner, 0.5: centre).
+
+    ``forward`` returns, per level, anchors ``(H * W * A, 4)`` ordered (y, x, anchor), the
+    order in which heads flatten their ``(B, A * k, H, W)`` outputs.
+    """
+
+    def __init__(self, shapes_per_level: Sequence[Sequence[tuple[float, float]]], strides: Sequence[int], offset: float = 0.0):
+        super().__init__()
+        if len(shapes_per_level) != len(strides):
+            raise ValueError(f"{len(shapes_per_level)} anchor shape lists for {len(strides)} strides")
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = offset
+        self.num_anchors = tuple(len(shapes) for shapes in shapes_per_level)
+        for level, shapes in enumerate(shapes_per_level):
+            wh = torch.tensor(shapes, dtype=torch.float32)
+            cell = torch.cat((-0.5 * wh, 0.5 * wh), dim=1)  # (A, 4) centred on the origin
+            self.register_buffer(f"cell_anchors_{level}", cell, persistent=False)
+
+    def forward(self, feature_sizes: Sequence[tuple[int, int]]) -> list[Tensor]:
+        anchors = []
+        for level, ((height, width), stride) in enumerate(zip(feature_sizes, self.strides)):
+            cell = getattr(self, f"cell_anchors_{level}")
+            xs = (torch.arange(width, device=cell.device, dtype=torch.float32) + self.offset) * stride
+            ys = (torch.arange(height, device=cell.device, dtype=torch.float32) + self.offset) * stride
+            grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+            centres = torch.stack((grid_x, grid_y, grid_x, grid_y), dim=-1).reshape(-1, 1, 4)  # (H*W, 1, 4)
+            anchors.append((centres + cell[None]).reshape(-1, 4))
+        return anchors
+
+
+class Matcher:
+    """Assign each prediction (anchor/proposal) the ground-truth box it overlaps most.
+
+    Labels: 1 foreground (IoU >= ``high``), 0 background (IoU < ``low``), -1 ignored in
+    between. ``allow_low_quality_matches`` also makes foreground, for each ground-truth box,
+    the predictions tied for its highest IoU (so every box gets at least one match).
+    """
+
+    def __init__(self, low: float, high: float, allow_low_quality_matches: bool = False):
+        if low > high:
+            raise ValueError(f"low threshold {low} above high threshold {high}")
+        self.low, self.high = low, high
+        self.allow_low_quality_matches = allow_low_quality_matches
+
+    def __call__(self, quality: Tensor) -> tuple[Tensor, Tensor]:
+        """``quality`` is ``(G, N)`` (e.g. IoU of G boxes with N predictions).
+
+        Returns ``matched_idx (N,)`` int64 and ``labels (N,)`` int8.
+        """
+        num_gt, num_pred = quality.shape
+        if num_gt == 0:
+            zeros = torch.zeros(num_pred, dtype=torch.int64, device=quality.device)
+            return zeros, zeros.to(torch.int8)
+        best, matched_idx = quality.max(dim=0)
+        labels = torch.ones(num_pred, dtype=torch.int8, device=quality.device)
+        labels[best < self.high] = -1
+        labels[best < self.low] = 0
+        if self.allow_low_quality_matches:
+            best_per_gt = quality.max(dim=1, keepdim=True).values
+            labels[(quality == best_per_gt).any(dim=0)] = 1
+        return matched_idx, labels
+
+
+def sample_labels(labels: Tensor, num_samples: int, positive_fraction: float, background: int) -> tuple[Tensor, Tensor]:
+    """Random balanced subset of foreground and background indices (Detectron2's ``subsample_labels``).
+
+    ``labels`` holds class ids, ``background`` for background and -1 for ignored entries. At
+    most ``num_samples * positive_fraction`` foreground indices are drawn; background fills the
+    rest. Draws use the global torch RNG (seeded by the workload).
+    """
+    positive = torch.nonzero((labels != -1) & (labels != background)).squeeze(1)
+    negative = torch.nonzero(labels == background).squeeze(1)
+    num_pos = min(positive.numel(), int(num_samples * positive_fraction))
+    num_neg = min(negative.numel(), num_samples - num_pos)
+    positive = positive[torch.randperm(positive.numel(), device=labels.device)[:num_pos]]
+    negative = negative[torch.randperm(negative.numel(), device=labels.device)[:num_neg]]
+    return positive, negative

@@ -1,0 +1,245 @@
+"""Generalized R-CNN: Faster and Mask R-CNN with C4, dilated-C5 and FPN ResNet backbones.
+
+Reference implementations: Detectron2's ``GeneralizedRCNN`` and its COCO model zoo configs
+(Apache-2.0, https://github.com/facebookresearch/detectron2: ``Base-RCNN-C4``,
+``Base-RCNN-DilatedC5``, ``Base-RCNN-FPN``), and torchvision's ``maskrcnn_resnet50_fpn``
+(BSD-3-Clause). Papers: Ren et al., "Faster R-CNN" (2015); He et al., "Mask R-CNN" (2017);
+Lin et al., "Feature Pyramid Networks" (2017). Variants are data in :class:`RCNNConfig`.
+
+Training computes the RPN and RoI-head losses against synthetic ground truth; evaluation runs
+proposals, NMS and post-processing to final detections. With random weights the softmax
+scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so detections are usually
+empty; pass ``score_thresh=0.0`` to drive the full post-processing (and mask pasting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ....registry import register_model
+from ....workload import BuildContext, Workload
+from .backbones import FPN, STAGE_NAMES, ResNet
+from .batch import DetectionWorkload, synthetic_detection_batch
+from .rcnn_heads import RoIHeads, RPN
+
+__all__ = ["GeneralizedRCNN", "RCNNConfig"]
+
+
+@dataclass(frozen=True)
+class RCNNConfig:
+    """One R-CNN variant. Defaults: Detectron2's COCO Faster R-CNN R50-FPN."""
+
+    depth: int = 50  # ResNet depth: 50 or 101
+    neck: str = "fpn"  # "c4": res5 runs in the RoI head; "dc5": dilated res5 (stride 16); "fpn"
+    mask_on: bool = False  # add the Mask R-CNN mask branch
+    num_classes: int = 80  # foreground classes (COCO's 80; torchvision's layout has 90 ids)
+    background_first: bool = False  # torchvision layout: class 0 is background and gets box deltas
+    stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
+    width: int = 64  # ResNet stem / res2 width; only smoke runs of >100M variants shrink it
+    fc_dim: int = 1024  # hidden size of the two-FC box head
+    anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # one per FPN level, or all on C4/DC5
+    anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
+    round_anchors: bool = False  # torchvision rounds anchor corners to integers
+    rpn_pre_nms_topk: tuple[int, int] = (2000, 1000)  # (train, test); per level with FPN
+    rpn_post_nms_topk: tuple[int, int] = (1000, 1000)  # (train, test); per image
+    rpn_nms_thresh: float = 0.7
+    rpn_min_box_size: float = 0.0  # proposals must be wider/taller than this (torchvision: 1e-3)
+    rpn_batch_per_image: int = 256  # anchors sampled per image for the RPN loss
+    rpn_positive_fraction: float = 0.5
+    rpn_smooth_l1_beta: float = 0.0  # 0 is L1 (Detectron2); torchvision uses 1/9
+    rpn_loss_normalizer: str = "batch"  # "batch": B * 256 (Detectron2); "sampled" (torchvision)
+    roi_batch_per_image: int = 512  # proposals sampled per image for the RoI-head losses
+    roi_positive_fraction: float = 0.25
+    roi_smooth_l1_beta: float = 0.0  # torchvision uses 1/9
+    roi_aligned: bool = True  # half-pixel-corrected RoIAlign (Detectron2); torchvision: False
+    roi_sampling_ratio: int = 0  # 0: adaptive grid (Detectron2); torchvision samples 2x2 per bin
+    score_thresh: float = 0.05  # test-time class score threshold
+    nms_thresh: float = 0.5  # test-time per-class NMS
+    detections_per_image: int = 100
+    pixel_mean: tuple[float, float, float] = (103.53, 116.28, 123.675)  # BGR, MSRA models
+    # Detectron2's MSRA configs divide by 1.0 because their caffe-converted stem expects raw
+    # 0-255 pixels; with random weights that starts activations ~60x too large and the first
+    # SGD step diverges, so pixels are scaled like torchvision's (same op, different constant).
+    pixel_std: tuple[float, float, float] = (57.375, 57.12, 58.395)
+
+    @property
+    def size_divisibility(self) -> int:
+        """FPN merges levels by 2x upsampling, so padded sides are multiples of its coarsest stride."""
+        return 32 if self.neck == "fpn" else 0
+
+
+class GeneralizedRCNN(nn.Module):
+    """Backbone (+ FPN) -> RPN -> RoI heads.
+
+    ``forward(images, image_sizes, targets=None)``: in training, a dict of losses; in
+    evaluation, per image a dict of ``boxes (N, 4)``, ``scores (N,)``, ``labels (N,)`` and,
+    with ``mask_on``, ``masks (N, 1, H, W)`` probabilities.
+    """
+
+    def __init__(self, cfg: RCNNConfig):
+        super().__init__()
+        if cfg.neck not in ("c4", "dc5", "fpn"):
+            raise ValueError(f"unknown neck {cfg.neck!r}; accepted: c4, dc5, fpn")
+        self.cfg = cfg
+        out_features = {"c4": ("res4",), "dc5": ("res5",), "fpn": STAGE_NAMES}[cfg.neck]
+        self.backbone = ResNet(
+            cfg.depth, out_features, res5_dilation=2 if cfg.neck == "dc5" else 1, stride_in_1x1=cfg.stride_in_1x1, width=cfg.width
+        )
+        if cfg.neck == "fpn":
+            self.fpn = FPN([self.backbone.out_channels[name] for name in STAGE_NAMES], 256, top_block="maxpool")
+            channels, rpn_strides, roi_strides = 256, (4, 8, 16, 32, 64), (4, 8, 16, 32)
+        else:
+            name = out_features[0]
+            channels, rpn_strides = self.backbone.out_channels[name], (self.backbone.strides[name],)
+            roi_strides = rpn_strides
+        self.rpn = RPN(cfg, channels, rpn_strides)
+        self.roi_heads = RoIHeads(cfg, channels, roi_strides)
+        self.register_buffer("pixel_mean", torch.tensor(cfg.pixel_mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(cfg.pixel_std).view(1, 3, 1, 1), persistent=False)
+
+    def forward(
+        self, images: Tensor, image_sizes: Sequence[tuple[int, int]], targets: Sequence[dict[str, Tensor]] | None = None
+    ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
+        features = self.backbone((images - self.pixel_mean) / self.pixel_std)
+        if self.cfg.neck == "fpn":
+            pyramid = self.fpn([features[name] for name in STAGE_NAMES])  # P2..P6
+            rpn_features, roi_features = pyramid, pyramid[:4]  # the RoI heads pool from P2..P5
+        else:
+            rpn_features = roi_features = list(features.values())
+        proposals, rpn_losses = self.rpn(rpn_features, image_sizes, targets)
+        outputs = self.roi_heads(roi_features, proposals, image_sizes, targets)
+        return {**rpn_losses, **outputs} if self.training else outputs
+
+
+# C4 and DC5 configs keep Detectron2's defaults of 12000/6000 proposals before NMS and
+# 2000/1000 after (Base-RCNN-C4.yaml, Base-RCNN-DilatedC5.yaml).
+_SINGLE_MAP_RPN = dict(rpn_pre_nms_topk=(12000, 6000), rpn_post_nms_topk=(2000, 1000))
+# torchvision's maskrcnn_resnet50_fpn: 91 class ids (0 = background), torchvision ResNet,
+# legacy RoIAlign with 2x2 sampling, smooth-L1 (beta 1/9) losses, ImageNet normalisation.
+_TORCHVISION = dict(
+    num_classes=90,
+    background_first=True,
+    stride_in_1x1=False,
+    round_anchors=True,
+    rpn_post_nms_topk=(2000, 1000),
+    rpn_min_box_size=1e-3,
+    rpn_smooth_l1_beta=1 / 9,
+    rpn_loss_normalizer="sampled",
+    roi_smooth_l1_beta=1 / 9,
+    roi_aligned=False,
+    roi_sampling_ratio=2,
+    pixel_mean=(123.675, 116.28, 103.53),
+    pixel_std=(58.395, 57.12, 57.375),
+)
+# Smoke size: the same code path on 128x160 images with few proposals and boxes (the C4 head
+# runs res5 once per proposal, ~0.7 GMAC each).
+_SMOKE = dict(rpn_pre_nms_topk=(64, 64), rpn_post_nms_topk=(8, 8), roi_batch_per_image=16)
+# Dilated-C5 variants (>160M parameters: a 2048x2048 RPN conv and a 100k x 1024 FC) also get
+# a narrower ResNet and box head at smoke size; the layer types are unchanged.
+_SMOKE_DC5 = dict(width=16, fc_dim=256)
+DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
+
+
+def _create_rcnn(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+    """Build a Generalized R-CNN workload; ``kwargs`` are :class:`RCNNConfig` fields."""
+    smoke = {**_SMOKE, **(_SMOKE_DC5 if kwargs.get("neck") == "dc5" else {})} if ctx.smoke else {}
+    cfg = RCNNConfig(**{**smoke, **kwargs})
+    model = GeneralizedRCNN(cfg)
+    images, image_sizes, targets = synthetic_detection_batch(
+        ctx,
+        image_size or ctx.pick((800, 1333), (128, 160)),
+        cfg.num_classes,
+        max_boxes or ctx.pick(20, 3),
+        size_divisibility=cfg.size_divisibility,
+        first_label=1 if cfg.background_first else 0,
+        with_masks=cfg.mask_on,
+    )
+    optimizer = None
+    if ctx.train:  # Detectron2's SGD (TorchBench lowers the LR to 0.001 to avoid NaNs)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = ctx.optimizer(trainable, "sgd", lr=0.001, weight_decay=1e-4)
+    return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
+
+
+def _detectron2(**kwargs: Any) -> dict[str, Any]:
+    return {**(_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}), **kwargs}
+
+
+# Parameter counts follow from the reference configs (Detectron2 publishes none): e.g.
+# R50-FPN = torchvision's 41,755,286 minus the 91- vs 80-class predictor difference (55,350).
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644)
+def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``faster_rcnn_R_50_C4``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", **kwargs))
+
+
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468)
+def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-50 with dilated res5 (Detectron2 ``faster_rcnn_R_50_DC5``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=50, neck="dc5", **kwargs))
+
+
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936)
+def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-50-FPN (Detectron2 ``faster_rcnn_R_50_FPN``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", **kwargs))
+
+
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548)
+def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``faster_rcnn_R_101_C4``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", **kwargs))
+
+
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372)
+def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-101 with dilated res5 (Detectron2 ``faster_rcnn_R_101_DC5``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=101, neck="dc5", **kwargs))
+
+
+@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840)
+def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Faster R-CNN, ResNet-101-FPN (Detectron2 ``faster_rcnn_R_101_FPN``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", **kwargs))
+
+
+@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612)
+def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Mask R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``mask_rcnn_R_50_C4``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", mask_on=True, **kwargs))
+
+
+@register_model(
+    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), tags=("mlperf",), param_count=44_343_216
+)
+def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Mask R-CNN, ResNet-50-FPN (Detectron2 ``mask_rcnn_R_50_FPN``; MLPerf's heavy detector)."""
+    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", mask_on=True, **kwargs))
+
+
+@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516)
+def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Mask R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``mask_rcnn_R_101_C4``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", mask_on=True, **kwargs))
+
+
+@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120)
+def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""
+    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", mask_on=True, **kwargs))
+
+
+@register_model(
+    domain="vision",
+    task="instance_segmentation",
+    source="torchvision maskrcnn_resnet50_fpn (He et al., Mask R-CNN, 2017)",
+    batch_size=(4, 4),
+    param_count=44_401_393,
+)
+def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
+    return _create_rcnn(ctx, **{**_TORCHVISION, "depth": 50, "neck": "fpn", "mask_on": True, **kwargs})

@@ -1,0 +1,152 @@
+"""Quantisation-aware training (QAT) of MobileNetV2 and ResNet-50 with ``torch.ao.quantization``.
+
+Eager-mode QAT as in torchvision's ``models/quantization/{mobilenetv2,resnet}.py``
+(BSD-3-Clause) and the PyTorch static-quantisation tutorial: residual adds go through
+``FloatFunctional`` so they get observers and become quantised adds, conv-BN(-ReLU) triples
+are fused, ``QuantStub``/``DeQuantStub`` mark the int8 region, and ``prepare_qat`` inserts
+fake-quant observers (x86 qconfig: per-channel weights). Like torchvision's quantisable
+MobileNetV2, ReLU6 becomes ReLU so that every conv-BN-activation can be fused.
+
+Train mode trains the fake-quantised float network. Eval mode calibrates the observers on the
+input batch, converts to int8 (``convert``) and runs it with the x86 (fbgemm) engine, which
+exists on CPU only. TorchBench's ``*_quantized_qat`` models do the same with FX graph mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import torch
+import torch.ao.quantization as tq
+from torch import nn
+from torch.ao.nn.quantized import FloatFunctional
+
+from torchgauge.registry import register_model
+from torchgauge.workload import BuildContext, UnsupportedError, Workload, image_classification
+
+from .conv_blocks import ConvNormAct, InvertedResidual
+from .mobilenet import MobileNet, mobilenet_v2_config
+from .resnet import Bottleneck, ResNet
+
+__all__ = ["Int8Classifier", "QuantStubbed", "QuantizableBottleneck", "QuantizableInvertedResidual"]
+
+# qconfig and kernels: "x86" picks fbgemm or onednn kernels per op on x86 CPUs.
+QUANT_ENGINE = "x86"
+
+
+class QuantizableInvertedResidual(InvertedResidual):
+    """:class:`InvertedResidual` whose shortcut add is observable and becomes an int8 add."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Only blocks with a shortcut get one: an unused FloatFunctional leaves an uncalibrated observer.
+        self.skip_add = FloatFunctional() if self.use_residual else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.block(x)
+        return out if self.skip_add is None else self.skip_add.add(x, out)
+
+
+class QuantizableBottleneck(Bottleneck):
+    """:class:`Bottleneck` with a fused, observable add + ReLU on the shortcut."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip_add_relu = FloatFunctional()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.act1(self.bn1(self.conv1(x)))
+        out = self.act2(self.bn2(self.conv2(out)))
+        return self.skip_add_relu.add_relu(self.bn3(self.conv3(out)), shortcut)
+
+
+def _fuse_mobilenet(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m, ConvNormAct):
+            tq.fuse_modules_qat(m, [["0", "1", "2"] if len(m) == 3 else ["0", "1"]], inplace=True)
+
+
+def _fuse_resnet(model: ResNet) -> None:
+    tq.fuse_modules_qat(model, [["conv1", "bn1", "act1"]], inplace=True)
+    for m in model.modules():
+        if isinstance(m, QuantizableBottleneck):
+            triples = [["conv1", "bn1", "act1"], ["conv2", "bn2", "act2"], ["conv3", "bn3"]]
+            tq.fuse_modules_qat(m, triples, inplace=True)
+            if m.downsample is not None:
+                tq.fuse_modules_qat(m.downsample, [["0", "1"]], inplace=True)
+
+
+class QuantStubbed(nn.Module):
+    """quantise -> network -> dequantise: float images in, float logits out."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.quant = tq.QuantStub()
+        self.model = model
+        self.dequant = tq.DeQuantStub()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dequant(self.model(self.quant(x)))
+
+
+class Int8Classifier(nn.Module):
+    """The converted int8 network, next to the fake-quantised float network it was converted from.
+
+    ``forward`` runs only ``int8``. ``qat`` is kept because int8 modules hold packed weights,
+    not parameters: it is what ``parameters()`` reports (the float model's weights).
+    """
+
+    def __init__(self, qat: nn.Module, int8: nn.Module) -> None:
+        super().__init__()
+        self.qat = qat
+        self.int8 = int8
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.int8(x)
+
+
+def _create_qat(ctx: BuildContext, model: nn.Module, fuse: Callable[[nn.Module], None], num_classes: int) -> Workload:
+    if not ctx.train:
+        if ctx.device.type != "cpu":
+            raise UnsupportedError("int8 inference runs on CPU only")
+        if QUANT_ENGINE not in torch.backends.quantized.supported_engines:
+            raise UnsupportedError(f"the {QUANT_ENGINE} quantized engine is not available on this CPU")
+    qat = QuantStubbed(model).train()
+    fuse(model)  # fusion for QAT needs train mode
+    qat.qconfig = tq.get_default_qat_qconfig(QUANT_ENGINE)
+    tq.prepare_qat(qat, inplace=True)
+    workload = image_classification(ctx, qat, image_size=ctx.pick(224, 32), num_classes=num_classes)
+    if not ctx.train:
+        torch.backends.quantized.engine = QUANT_ENGINE  # process-wide: selects the int8 kernels
+        qat.eval()
+        with torch.no_grad():  # calibrate activation ranges with eval-mode (folded) BN, as convert will
+            qat(workload.inputs[0][:2])
+        workload.module = Int8Classifier(qat, tq.convert(qat, inplace=False))
+    return workload
+
+
+_NOTES = "Fake-quantised float training; int8 eval on CPU only (x86/fbgemm engine); float32 inputs only."
+_QAT_META = {"tags": ("quantized",), "unsupported_precisions": ("fp16", "bf16"), "notes": _NOTES}
+
+
+@register_model(
+    domain="vision", task="classification", source="torchvision quantization.mobilenet_v2 with eager-mode QAT",
+    batch_size=(96, 96), param_count=3_504_872, **_QAT_META,
+)  # fmt: skip
+def mobilenet_v2_quantized_qat(ctx: BuildContext, **kwargs) -> Workload:
+    """MobileNetV2 (ReLU) with QAT; eval runs the converted int8 model."""
+    cfg = replace(mobilenet_v2_config(act=nn.ReLU), **kwargs)
+    return _create_qat(ctx, MobileNet(cfg, block=QuantizableInvertedResidual), _fuse_mobilenet, cfg.num_classes)
+
+
+@register_model(
+    domain="vision", task="classification", source="torchvision quantization.resnet50 with eager-mode QAT",
+    batch_size=(32, 32), param_count=25_557_032, **_QAT_META,
+)  # fmt: skip
+def resnet50_quantized_qat(ctx: BuildContext, **kwargs) -> Workload:
+    """ResNet-50 with QAT; eval runs the converted int8 model (smoke: one block per stage)."""
+    # Fake-quantising, preparing and converting 16 blocks takes seconds on a CPU even at 32 px.
+    model = ResNet(QuantizableBottleneck, ctx.pick((3, 4, 6, 3), (1, 1, 1, 1)), **kwargs)
+    return _create_qat(ctx, model, _fuse_resnet, model.head.fc.out_features)

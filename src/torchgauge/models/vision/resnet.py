@@ -1,0 +1,196 @@
+"""ResNet and ResNeXt: He et al., "Deep Residual Learning for Image Recognition", 2015;
+Xie et al., "Aggregated Residual Transformations for Deep Neural Networks", 2017.
+
+Layers, names and initialisation follow torchvision's ``models/resnet.py`` (BSD-3-Clause):
+stride on the 3x3 conv of the bottleneck (ResNet v1.5), no zero-init of the last BN. The
+class also takes timm's ``deep`` stem and average-pool shortcut (ResNet-D, Apache-2.0) so
+that ResNeSt (``resnest.py``) can reuse it with its own block.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from torchgauge.registry import register_model
+from torchgauge.workload import BuildContext, Workload, image_classification
+
+from .conv_blocks import ClassifierHead, init_conv_weights
+
+__all__ = ["BasicBlock", "Bottleneck", "ResNet"]
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs (ResNet-18/34); ``groups`` and ``base_width`` must keep their defaults."""
+
+    expansion = 1
+
+    def __init__(
+        self,
+        in_ch: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        groups: int = 1,
+        base_width: int = 64,
+    ) -> None:
+        super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock supports only groups=1 and base_width=64")
+        self.conv1 = nn.Conv2d(in_ch, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.act1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+        self.act2 = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.act1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.act2(out + shortcut)
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce -> 3x3 (strided, grouped for ResNeXt) -> 1x1 expand by 4."""
+
+    expansion = 4
+
+    def __init__(
+        self,
+        in_ch: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        groups: int = 1,
+        base_width: int = 64,
+    ) -> None:
+        super().__init__()
+        width = int(planes * base_width / 64) * groups  # ResNeXt-50 32x4d: 128 at planes=64
+        self.conv1 = nn.Conv2d(in_ch, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.act1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.act2 = nn.ReLU(inplace=True)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.downsample = downsample
+        self.act3 = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.act1(self.bn1(self.conv1(x)))
+        out = self.act2(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.act3(out + shortcut)
+
+
+class ResNet(nn.Module):
+    """Images ``(B, 3, H, W)`` -> logits ``(B, num_classes)``; output stride 32.
+
+    Args:
+        block: residual block class with ``expansion`` and the signature of :class:`Bottleneck`.
+        layers: blocks per stage (4 stages of 64, 128, 256, 512 planes).
+        groups, width_per_group: ResNeXt cardinality and bottleneck width.
+        stem_width: 0 for the 7x7 stem; otherwise three 3x3 convs (stem_width, stem_width, 64).
+        avg_down: shortcut downsamples with 2x2 average pooling before its 1x1 conv.
+    """
+
+    def __init__(
+        self,
+        block: Callable[..., nn.Module],
+        layers: tuple[int, ...],
+        *,
+        num_classes: int = 1000,
+        groups: int = 1,
+        width_per_group: int = 64,
+        stem_width: int = 0,
+        avg_down: bool = False,
+    ) -> None:
+        super().__init__()
+        self.in_ch = 64
+        self.groups, self.base_width, self.avg_down = groups, width_per_group, avg_down
+        if stem_width:
+            self.conv1 = nn.Sequential(
+                nn.Conv2d(3, stem_width, 3, 2, 1, bias=False),
+                nn.BatchNorm2d(stem_width),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(stem_width, stem_width, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(stem_width),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(stem_width, self.in_ch, 3, 1, 1, bias=False),
+            )
+        else:
+            self.conv1 = nn.Conv2d(3, self.in_ch, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(self.in_ch)
+        self.act1 = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)  # (B, 64, H/4, W/4)
+        self.layer1 = self._make_layer(block, 64, layers[0], stride=1)  # (B, 64e, H/4, W/4)
+        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)  # (B, 128e, H/8, W/8)
+        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)  # (B, 256e, H/16, W/16)
+        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)  # (B, 512e, H/32, W/32)
+        self.head = ClassifierHead(512 * block.expansion, num_classes)
+        init_conv_weights(self)
+
+    def _make_layer(self, block: Callable[..., nn.Module], planes: int, blocks: int, stride: int) -> nn.Sequential:
+        out_ch = planes * block.expansion
+        downsample = None
+        if stride != 1 or self.in_ch != out_ch:
+            shortcut: list[nn.Module] = []
+            if self.avg_down and stride != 1:
+                shortcut.append(nn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False))
+            conv_stride = 1 if self.avg_down else stride
+            shortcut += [nn.Conv2d(self.in_ch, out_ch, 1, conv_stride, bias=False), nn.BatchNorm2d(out_ch)]
+            downsample = nn.Sequential(*shortcut)
+        layers = [block(self.in_ch, planes, stride, downsample, self.groups, self.base_width)]
+        self.in_ch = out_ch
+        layers += [block(out_ch, planes, 1, None, self.groups, self.base_width) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.act1(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.head(x)  # (B, num_classes)
+
+
+def _create_resnet(ctx: BuildContext, block: Callable[..., nn.Module], layers: tuple[int, ...], **kwargs) -> Workload:
+    model = ResNet(block, layers, **kwargs)
+    # Output stride 32: 32 px reaches 1x1 in layer4 at smoke size.
+    return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)
+
+
+_SOURCE = "He et al., Deep Residual Learning for Image Recognition, 2015; torchvision resnet"
+
+
+@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(16, 8), param_count=11_689_512)
+def resnet18(ctx: BuildContext, **kwargs) -> Workload:
+    """ResNet-18 at 224x224."""
+    return _create_resnet(ctx, BasicBlock, (2, 2, 2, 2), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=25_557_032,
+    tags=("mlperf",),
+)  # fmt: skip
+def resnet50(ctx: BuildContext, **kwargs) -> Workload:
+    """ResNet-50 v1.5 at 224x224 (the MLPerf image-classification model)."""
+    return _create_resnet(ctx, Bottleneck, (3, 4, 6, 3), **kwargs)
+
+
+@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=60_192_808)
+def resnet152(ctx: BuildContext, **kwargs) -> Workload:
+    """ResNet-152 at 224x224."""
+    return _create_resnet(ctx, Bottleneck, (3, 8, 36, 3), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source="Xie et al., ResNeXt, 2017; torchvision resnext50_32x4d",
+    batch_size=(8, 8), param_count=25_028_904,
+)  # fmt: skip
+def resnext50_32x4d(ctx: BuildContext, **kwargs) -> Workload:
+    """ResNeXt-50 with 32 groups of width 4 at 224x224."""
+    return _create_resnet(ctx, Bottleneck, (3, 4, 6, 3), **{"groups": 32, "width_per_group": 4, **kwargs})

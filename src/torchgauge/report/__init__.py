@@ -1,0 +1,1 @@
+"""Presenting results: tables, Markdown and charts. No measuring, no judging."""

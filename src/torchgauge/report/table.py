@@ -1,0 +1,40 @@
+"""Rows of the results table shared by ``run`` and ``show``."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..results.schema import RunRecord
+
+__all__ = ["RESULT_COLUMNS", "RESULT_JUSTIFY", "result_row", "result_rows"]
+
+# Characters of an error's last line shown in the status cell (the file keeps it all).
+STATUS_ERROR_CHARS = 60
+RESULT_COLUMNS = ("model", "mode", "device", "batch", "median ms", "IQR ms", "peak CPU MB", "peak GPU MB", "status")
+RESULT_JUSTIFY = ("left", "left", "left", "right", "right", "right", "right", "right", "left")
+
+
+def result_row(record: RunRecord) -> list[Any]:
+    """One table row; failed runs show the first line of their error in the status cell."""
+    t = record.metrics.get("time_ms") or {}
+    status = record.status
+    if record.status not in ("ok",) and record.error:
+        first = record.error.strip().splitlines()[-1][:STATUS_ERROR_CHARS]
+        status = f"{record.status}: {first}"
+    return [
+        record.config.model,
+        record.config.mode,
+        record.config.device,
+        record.batch_size,
+        t.get("median"),
+        t.get("iqr"),
+        record.metrics.get("cpu_peak_mb"),
+        record.metrics.get("gpu_peak_mb"),
+        status,
+    ]
+
+
+def result_rows(records: Iterable[RunRecord]) -> list[list[Any]]:
+    return [result_row(r) for r in records]
+
+

@@ -1,0 +1,1 @@
+"""Results: the versioned JSON schema (exchange format) and the SQLite store (history)."""

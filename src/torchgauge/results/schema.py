@@ -1,0 +1,288 @@
+"""The results schema: run configurations, run records and results files (versioned JSON).
+
+A results file is the exchange format (``torchgauge run --output``, ``show``, ``compare``)::
+
+    {
+      "schema_version": 1,
+      "torchgauge_version": "0.1.0",
+      "created_at": "2026-11-23T10:00:00+00:00",
+      "env": {...},                      # see torchgauge.harness.env.collect_env
+      "runs": [
+        {"model": "resnet50", "domain": "vision", "mode": "eval", "device": "cpu",
+         "precision": "fp32", "backend": "eager", "batch_size": 64, "size": "full",
+         "status": "ok", "error": null,
+         "metrics": {"time_ms": {"samples": [...], "median": ..., "min": ..., "max": ...,
+                                 "iqr": ..., "q1": ..., "q3": ..., "ci_low": ..., "ci_high": ...,
+                                 "warmup_samples": [...]},
+                     "cpu_peak_mb": ..., "cpu_delta_mb": ..., "gpu_peak_mb": ...},
+         ...}
+      ]
+    }
+
+``status`` is one of :data:`STATUSES`; metrics of a failed run are absent (``{}``), never
+sentinel strings. Later metrics (breakdown, flops, compile, ...) are further keys of
+``metrics``. ``docs/results-schema.md`` documents every field.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "PASSING_STATUSES",
+    "RunConfig",
+    "RunRecord",
+    "ResultsFile",
+    "SchemaError",
+    "load_results",
+    "migrate",
+]
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "error", "oom", "timeout", "unsupported", "skipped")
+# Statuses that do not fail a suite run (CLI exit code 0).
+PASSING_STATUSES = frozenset({"ok", "unsupported", "skipped"})
+DEFAULT_METRICS = ("time", "memory")
+
+
+class SchemaError(ValueError):
+    """A results document does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What to run: one model in one configuration. Immutable; picklable for workers."""
+
+    model: str
+    mode: str = "train"  # "train" | "eval"
+    device: str = "cpu"
+    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | amp
+    backend: str = "eager"  # eager | inductor | aot_eager | torchscript | cudagraphs | ...
+    batch_size: int | None = None  # None: the model's default for the mode
+    size: str = "full"  # "full" | "smoke"
+    repeat: int = 10  # timed iterations (the paper's setting)
+    warmup: int = 3  # untimed iterations before timing (compilation happens here)
+    seed: int = 0
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    options: Mapping[str, Any] = field(default_factory=dict)  # backend/precision extras
+    model_kwargs: Mapping[str, Any] = field(default_factory=dict)  # architecture overrides
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", tuple(self.metrics))
+        object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "model_kwargs", dict(self.model_kwargs))
+
+    def label(self) -> str:
+        """Short human label, e.g. ``resnet50/eval/cpu/fp32/eager``."""
+        return f"{self.model}/{self.mode}/{self.device}/{self.precision}/{self.backend}"
+
+    def key(self) -> tuple:
+        """Identity used to match runs across results: (model, mode, device, precision, backend, batch_size)."""
+        return (self.model, self.mode, self.device, self.precision, self.backend, self.batch_size)
+
+    def with_(self, **changes: Any) -> "RunConfig":
+        return replace(self, **changes)
+
+
+_CONFIG_FIELDS = tuple(f.name for f in fields(RunConfig))
+
+
+@dataclass
+class RunRecord:
+    """The result of one run: its configuration, status and metrics.
+
+    ``metrics["time_ms"]["samples"]`` holds every timed sample; summaries are derived
+    (``torchgauge.stats.summarize``) when the record is made.
+    """
+
+    config: RunConfig
+    status: str
+    domain: str = ""
+    error: str | None = None  # last lines of the error for non-ok statuses
+    metrics: dict[str, Any] = field(default_factory=dict)
+    batch_size: int | None = None  # the batch size actually used
+    started_at: str = ""
+    wall_s: float = 0.0  # wall time of the whole run (build + warm-up + timing + extras)
+    env: dict[str, Any] | None = None  # per-run environment when runs come from several
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise SchemaError(f"invalid status {self.status!r}; accepted: {', '.join(STATUSES)}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def time_ms(self) -> dict[str, Any] | None:
+        return self.metrics.get("time_ms")
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        doc: dict[str, Any] = {
+            "model": c.model,
+            "domain": self.domain,
+            "mode": c.mode,
+            "device": c.device,
+            "precision": c.precision,
+            "backend": c.backend,
+            "batch_size": self.batch_size if self.batch_size is not None else c.batch_size,
+            "size": c.size,
+            "status": self.status,
+            "error": self.error,
+            "metrics": self.metrics,
+            "requested_batch_size": c.batch_size,
+            "requested_metrics": list(c.metrics),
+            "repeat": c.repeat,
+            "warmup": c.warmup,
+            "seed": c.seed,
+            "options": dict(c.options),
+            "model_kwargs": dict(c.model_kwargs),
+            "started_at": self.started_at,
+            "wall_s": self.wall_s,
+        }
+        if self.env is not None:
+            doc["env"] = self.env
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "RunRecord":
+        missing = [k for k in ("model", "mode", "device", "status") if k not in doc]
+        if missing:
+            raise SchemaError(f"run record lacks required field(s): {', '.join(missing)}")
+        cfg_values = {k: doc[k] for k in _CONFIG_FIELDS if k in doc and k not in ("batch_size", "metrics")}
+        cfg_values["batch_size"] = doc.get("requested_batch_size", doc.get("batch_size"))
+        if "requested_metrics" in doc:
+            cfg_values["metrics"] = tuple(doc["requested_metrics"])
+        return cls(
+            config=RunConfig(**cfg_values),
+            status=doc["status"],
+            domain=doc.get("domain", ""),
+            error=doc.get("error"),
+            metrics=dict(doc.get("metrics") or {}),
+            batch_size=doc.get("batch_size"),
+            started_at=doc.get("started_at", ""),
+            wall_s=float(doc.get("wall_s", 0.0)),
+            env=doc.get("env"),
+        )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class ResultsFile:
+    """A results document: environment plus run records."""
+
+    env: dict[str, Any]
+    runs: list[RunRecord] = field(default_factory=list)
+    created_at: str = field(default_factory=_now)
+    torchgauge_version: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "torchgauge_version": self.torchgauge_version,
+            "created_at": self.created_at,
+            "env": self.env,
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False)
+
+    def write(self, path: str | os.PathLike) -> None:
+        """Write atomically (temp file + rename): a crash never leaves a truncated file."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(self.to_json())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> "ResultsFile":
+        doc = migrate(doc)
+        if not isinstance(doc.get("runs"), list):
+            raise SchemaError("results document lacks a 'runs' list")
+        return cls(
+            env=dict(doc.get("env") or {}),
+            runs=[RunRecord.from_dict(r) for r in doc["runs"]],
+            created_at=doc.get("created_at", ""),
+            torchgauge_version=doc.get("torchgauge_version", ""),
+            schema_version=SCHEMA_VERSION,
+        )
+
+    def select(self, *, statuses: Iterable[str] | None = None) -> list[RunRecord]:
+        wanted = set(statuses) if statuses else None
+        return [r for r in self.runs if wanted is None or r.status in wanted]
+
+
+def _json_safe(obj: Any) -> Any:
+    # Strict JSON: NaN/inf become null (a skipped value), tuples become lists.
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+# version -> function upgrading a document of that version by one step
+_MIGRATIONS: dict[int, Any] = {}
+
+
+def migrate(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Upgrade a results document to :data:`SCHEMA_VERSION` step by step.
+
+    Raises:
+        SchemaError: the document has no version, or one newer than this torchgauge knows.
+    """
+    if not isinstance(doc, Mapping):
+        raise SchemaError("results document must be a JSON object")
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise SchemaError("results document lacks an integer 'schema_version'")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"results schema_version {version} is newer than this torchgauge supports ({SCHEMA_VERSION}); upgrade torchgauge"
+        )
+    doc = dict(doc)
+    while doc["schema_version"] < SCHEMA_VERSION:
+        step = _MIGRATIONS.get(doc["schema_version"])
+        if step is None:
+            raise SchemaError(f"no migration from schema_version {doc['schema_version']}")
+        doc = step(doc)
+    return doc
+
+
+def load_results(path: str | os.PathLike) -> ResultsFile:
+    """Read and validate a results JSON file (older schema versions are migrated)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SchemaError(f"results file not found: {path}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{path} is not valid JSON: {exc}") from None
+    return ResultsFile.from_dict(doc)

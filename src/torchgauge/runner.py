@@ -1,0 +1,324 @@
+"""Isolated runner: one worker process per (model, config), with a timeout and a memory cap.
+
+A model that raises, segfaults, exits, hangs or runs out of memory becomes a status
+(``error``, ``oom``, ``timeout``, ``unsupported``, ``skipped``) with the last lines of its
+error, and the suite goes on. Every finished run is handed to ``on_result`` as soon as it
+ends (the CLI writes it to disk there), so nothing measured is lost to a later crash or
+Ctrl-C.
+
+Workers are forked from a forkserver that has already imported torch and the model
+registry, so starting one costs milliseconds instead of the seconds a fresh interpreter
+needs to import torch (suite wall time on 100+ models would otherwise be start-up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+from .results.schema import RunConfig, RunRecord
+
+__all__ = [
+    "ERROR_TAIL_LINES",
+    "POLL_INTERVAL_S",
+    "RunnerOptions",
+    "classify_exception",
+    "execute",
+    "run_suite",
+]
+
+# Lines of a traceback or worker log kept in a record's ``error``.
+ERROR_TAIL_LINES = 20
+# How often the parent checks a worker's liveness, deadline and memory.
+POLL_INTERVAL_S = 0.05
+# Grace period for a worker to exit after it sent its result.
+EXIT_GRACE_S = 10.0
+# Modules the forkserver imports once so that every worker starts warm.
+PRELOAD_MODULES = ["torchgauge._preload"]
+
+_OOM_MARKERS = (
+    "out of memory",
+    "can't allocate memory",
+    "cannot allocate memory",
+    "defaultcpuallocator",
+    "std::bad_alloc",
+)
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """How to run, as opposed to what (that is RunConfig)."""
+
+    timeout_s: float = 900.0  # per run, build + warm-up + timing + extra metrics
+    memory_limit_mb: float | None = None  # worker RSS cap; exceeding it gives status "oom"
+    model_files: tuple[str, ...] = ()  # user files registering models, loaded in each worker
+    isolate: bool = True  # False: run in this process (debugging; no timeout or crash safety)
+    log_dir: str | None = None  # keep each worker's stdout/stderr here (default: temp, deleted)
+    start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+
+
+def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
+    lines = [ln for ln in text.rstrip().splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+def classify_exception(exc: BaseException) -> str:
+    """Status for an exception raised by a run: ``unsupported``, ``oom`` or ``error``."""
+    from .workload import UnsupportedError
+
+    if isinstance(exc, UnsupportedError):
+        return "unsupported"
+    if isinstance(exc, MemoryError):
+        return "oom"
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "oom"
+    message = str(exc).lower()
+    if isinstance(exc, RuntimeError) and any(m in message for m in _OOM_MARKERS):
+        return "oom"
+    return "error"
+
+
+def _precheck(config: RunConfig) -> RunRecord | None:
+    """Statuses decided without starting a worker: unknown model, unsupported mode/device."""
+    from .registry import UnknownModelError, get_spec
+
+    try:
+        spec = get_spec(config.model)
+    except UnknownModelError as exc:
+        return RunRecord(config, "error", error=str(exc))
+    if config.mode not in spec.modes:
+        return RunRecord(config, "unsupported", domain=spec.domain,
+                         error=f"{spec.name} does not support mode {config.mode!r} (supports {', '.join(spec.modes)})")
+    device_type = config.device.split(":")[0]
+    if device_type not in spec.devices:
+        return RunRecord(config, "unsupported", domain=spec.domain,
+                         error=f"{spec.name} does not support device {device_type!r}")
+    if device_type == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return RunRecord(config, "skipped", domain=spec.domain, error="cuda requested but no CUDA device is available")
+    return None
+
+
+def execute(config: RunConfig) -> RunRecord:
+    """Build, configure and measure one run in this process; exceptions become statuses."""
+    from .configure import apply_config
+    from .measure import measure
+    from .registry import create, get_spec
+
+    domain = ""
+    try:
+        domain = get_spec(config.model).domain
+        workload = create(
+            config.model,
+            mode=config.mode,
+            device=config.device,
+            batch_size=config.batch_size,
+            size=config.size,
+            seed=config.seed,
+            **config.model_kwargs,
+        )
+        apply_config(workload, config)
+        record = measure(workload, config=config)
+        record.domain = domain
+        return record
+    except Exception as exc:  # a failing model never takes the suite down
+        status = classify_exception(exc)
+        if status == "unsupported":
+            error = str(exc)
+        else:
+            error = _tail(traceback.format_exc())
+        return RunRecord(config, status, domain=domain, error=error)
+
+
+def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str) -> None:
+    # Everything the model prints (and a C-level crash message) goes to the log file.
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    try:
+        from .registry import load_model_file
+
+        for path in model_files:
+            load_model_file(path)
+        record = execute(config)
+    except BaseException as exc:  # model-file import errors, KeyboardInterrupt, SystemExit
+        record = RunRecord(config, "error", error=_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
+    conn.send(record.to_dict())
+    conn.close()
+
+
+def _read_log(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Hide ``__main__``'s file and spec while a worker starts.
+
+    multiprocessing re-imports the parent's main script in every forkserver/spawn child so
+    that pickled references to ``__main__`` resolve. Workers only need torchgauge (already
+    preloaded), and re-running the caller's script is slow at best and, for a script
+    without an ``if __name__ == "__main__"`` guard, recursive. Start-up is synchronous, so
+    restoring the attributes right after ``start()`` is safe.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved_file = main.__dict__.get("__file__", missing)
+    saved_spec = main.__dict__.get("__spec__", missing)
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        if saved_file is not missing:
+            main.__file__ = saved_file
+        if saved_spec is missing:
+            main.__dict__.pop("__spec__", None)
+        else:
+            main.__spec__ = saved_spec
+
+
+class _Worker:
+    """One worker process running one config, watched by the parent."""
+
+    def __init__(self, mp_ctx, config: RunConfig, options: RunnerOptions, log_path: str) -> None:
+        self.config = config
+        self.options = options
+        self.log_path = log_path
+        self.recv, send = mp_ctx.Pipe(duplex=False)
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path), daemon=True)
+        with _main_module_hidden():
+            self.proc.start()
+        send.close()  # the child holds the only writer: EOF on recv means it died
+
+    def _kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(EXIT_GRACE_S)
+
+    def wait(self) -> RunRecord:
+        from .harness.memory import pid_rss_mb
+
+        cfg, opts = self.config, self.options
+        deadline = time.monotonic() + opts.timeout_s
+        peak_rss = 0.0
+        while True:
+            if self.recv.poll(POLL_INTERVAL_S):
+                try:
+                    doc = self.recv.recv()
+                except EOFError:  # died without a result
+                    break
+                self.proc.join(EXIT_GRACE_S)
+                if self.proc.is_alive():
+                    self._kill()
+                return RunRecord.from_dict(doc)
+            if not self.proc.is_alive() and not self.recv.poll(0):
+                break
+            if opts.memory_limit_mb is not None:
+                rss = pid_rss_mb(self.proc.pid) or 0.0
+                peak_rss = max(peak_rss, rss)
+                if rss > opts.memory_limit_mb:
+                    self._kill()
+                    return RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)")
+            if time.monotonic() > deadline:
+                self._kill()
+                log = _tail(_read_log(self.log_path), 5)
+                return RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+        self.proc.join(EXIT_GRACE_S)
+        code = self.proc.exitcode
+        log = _tail(_read_log(self.log_path))
+        if code is not None and code < 0:
+            # SIGKILL without our doing it is almost always the kernel's OOM killer.
+            status = "oom" if code == -signal.SIGKILL else "error"
+            what = f"worker killed by {_signal_name(code)}"
+        else:
+            status, what = "error", f"worker exited with code {code} before reporting a result"
+        return RunRecord(cfg, status, error=what + (f"\n{log}" if log else ""))
+
+
+def _mp_context(options: RunnerOptions):
+    ctx = mp.get_context(options.start_method)
+    if options.start_method == "forkserver":
+        ctx.set_forkserver_preload(PRELOAD_MODULES)
+    return ctx
+
+
+def run_suite(
+    configs: Sequence[RunConfig] | Iterable[RunConfig],
+    options: RunnerOptions = RunnerOptions(),
+    *,
+    on_result: Callable[[RunRecord], None] | None = None,
+    on_start: Callable[[RunConfig], None] | None = None,
+) -> list[RunRecord]:
+    """Run every config, each isolated in a worker; returns the records in order.
+
+    ``on_result`` is called with each record as soon as its run ends; a KeyboardInterrupt
+    kills the running worker and propagates after everything finished was reported.
+    """
+    from .registry import load_model_file
+
+    for path in options.model_files:  # the parent needs their specs for the pre-checks
+        load_model_file(path)
+    records: list[RunRecord] = []
+    mp_ctx = _mp_context(options) if options.isolate else None
+    with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
+        log_dir = Path(options.log_dir or tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for index, config in enumerate(configs):
+            if on_start:
+                on_start(config)
+            t0 = time.perf_counter()
+            record = _precheck(config)
+            if record is None:
+                if options.isolate:
+                    log_path = str(log_dir / f"{index:04d}-{config.model}-{config.mode}.log")
+                    worker = _Worker(mp_ctx, config, options, log_path)
+                    try:
+                        record = worker.wait()
+                    except BaseException:
+                        worker._kill()
+                        raise
+                else:
+                    record = execute(config)
+            if not record.domain:
+                record.domain = _domain_of(config.model)
+            record.wall_s = round(time.perf_counter() - t0, 3)
+            records.append(record)
+            if on_result:
+                on_result(record)
+    return records
+
+
+def _domain_of(name: str) -> str:
+    from .registry import UnknownModelError, get_spec
+
+    try:
+        return get_spec(name).domain
+    except UnknownModelError:
+        return ""

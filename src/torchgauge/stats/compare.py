@@ -1,0 +1,369 @@
+"""Change tests: is B worse than A, beyond noise and beyond a threshold?
+
+Pure functions over lists of floats (asv ``_stats``): no torch, no I/O. A change counts
+only when **both** hold (asv, pytest-benchmark's checks, the TorchBench 7% rule):
+
+* the relative change of the medians reaches the threshold (:data:`DEFAULT_THRESHOLD`), and
+* a one-sided Mann-Whitney U rank test on the raw samples is significant at
+  :data:`DEFAULT_ALPHA` after correcting for the number of comparisons (Holm or
+  Benjamini-Hochberg).
+
+Deterministic metrics (instruction counts, operator counts, FLOPs, peak memory) have no
+sampling noise worth a test and use the threshold alone (:func:`compare_values`).
+
+Samples taken in one process are correlated: a process that happens to run 10% slow makes
+all of its samples slow, so a rank test on them is over-confident about *between-process*
+noise. :func:`pooled_or_group_medians` therefore tests per-process medians whenever each
+side has at least :data:`MIN_GROUPS` processes (what ``compare --confirm`` produces).
+
+Example:
+    >>> base = [10.0, 10.2, 9.9, 10.1, 10.0, 9.8, 10.3, 10.1, 9.9, 10.0]
+    >>> new = [x * 1.10 for x in base]
+    >>> c = compare_samples(base, new)
+    >>> c.verdict, round(c.change, 3)
+    ('regression', 0.1)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Sequence
+
+__all__ = [
+    "ALTERNATIVES",
+    "CORRECTIONS",
+    "DEFAULT_ALPHA",
+    "DEFAULT_CORRECTION",
+    "DEFAULT_THRESHOLD",
+    "EXACT_MAX_N",
+    "MIN_GROUPS",
+    "VERDICTS",
+    "Change",
+    "RankTest",
+    "adjust_pvalues",
+    "benjamini_hochberg",
+    "compare_samples",
+    "compare_values",
+    "holm",
+    "is_regression",
+    "judge",
+    "mann_whitney_u",
+    "median",
+    "pooled_or_group_medians",
+    "relative_change",
+    "sign_test",
+]
+
+# The TorchBench paper's CI threshold: 7% worse execution time or memory (sec. 4.2.1).
+DEFAULT_THRESHOLD = 0.07
+# Family-wise significance level of the rank test, after correction.
+DEFAULT_ALPHA = 0.01
+# Holm controls the family-wise error rate: the nightly compares hundreds of configs and a
+# single false alarm already costs someone an investigation.
+DEFAULT_CORRECTION = "holm"
+CORRECTIONS = ("holm", "bh", "none")
+ALTERNATIVES = ("greater", "less", "two-sided")
+VERDICTS = ("regression", "improvement", "unchanged")
+# Largest sample size per side for the exact U distribution (no ties); beyond it, or with
+# ties, the normal approximation with tie and continuity corrections is used.
+EXACT_MAX_N = 50
+# Processes per side from which per-process medians, not pooled samples, are tested.
+MIN_GROUPS = 3
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of ``values`` (mean of the middle two for an even count)."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("median of an empty sequence")
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
+def relative_change(base: float, new: float) -> float:
+    """``new / base - 1``: +0.1 is 10% higher (worse for time and memory)."""
+    if base == 0:
+        return 0.0 if new == 0 else math.copysign(math.inf, new)
+    return new / base - 1.0
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """Result of a Mann-Whitney U test."""
+
+    u: float  # U of the second sample: pairs (x, y) with y > x, ties counting 1/2
+    p_value: float
+    method: str  # "exact" or "normal"
+
+
+@lru_cache(maxsize=64)
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """Number of arrangements of m x's and n y's giving each U = 0..m*n (no ties).
+
+    These are the coefficients of the Gaussian binomial ``[m+n choose m]_q`` =
+    prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i); each factor is a multiply and an exact
+    division by (1 - q^i), i.e. a running sum, so the whole table costs O(m^2 n).
+    """
+    size = m * n + 1
+    poly = [1] + [0] * (size - 1)
+    for i in range(1, m + 1):
+        for k in range(size - 1, n + i - 1, -1):  # times (1 - q^(n+i))
+            poly[k] -= poly[k - n - i]
+        for k in range(i, size):  # divided by (1 - q^i)
+            poly[k] += poly[k - i]
+    return tuple(poly)
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def mann_whitney_u(x: Sequence[float], y: Sequence[float], alternative: str = "greater") -> RankTest:
+    """One- or two-sided Mann-Whitney U test of ``y`` against ``x``.
+
+    Args:
+        x: first sample (the baseline).
+        y: second sample (the candidate).
+        alternative: ``"greater"`` (y tends to be larger, e.g. slower), ``"less"`` or
+            ``"two-sided"``.
+
+    Returns:
+        :class:`RankTest` with U of ``y`` and the p-value: exact (enumerated distribution)
+        without ties and at most :data:`EXACT_MAX_N` values per side, otherwise the normal
+        approximation with tie correction and continuity correction.
+
+    Example:
+        >>> mann_whitney_u([1, 2, 3], [4, 5, 6]).p_value  # 1 arrangement of C(6, 3) = 20
+        0.05
+    """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"invalid alternative {alternative!r}; accepted: {', '.join(ALTERNATIVES)}")
+    xs, ys = [float(v) for v in x], [float(v) for v in y]
+    m, n = len(xs), len(ys)
+    if m == 0 or n == 0:
+        raise ValueError("mann_whitney_u needs at least one value on each side")
+    u = sum(1.0 if b > a else 0.5 if b == a else 0.0 for a in xs for b in ys)
+    mean_u = m * n / 2.0
+    pooled = xs + ys
+    ties = len(set(pooled)) < len(pooled)
+    if not ties and max(m, n) <= EXACT_MAX_N:
+        counts = _u_counts(m, n)
+        total = float(sum(counts))
+        k = int(round(u))
+        upper = sum(counts[k:]) / total  # P(U >= u)
+        lower = sum(counts[: k + 1]) / total  # P(U <= u)
+        p = {"greater": upper, "less": lower, "two-sided": min(1.0, 2.0 * min(upper, lower))}[alternative]
+        return RankTest(u, p, "exact")
+    # Tie-corrected variance: sum over tie groups of (t^3 - t).
+    big_n = m + n
+    tie_term = 0.0
+    for value in set(pooled):
+        t = pooled.count(value)
+        tie_term += t**3 - t
+    var = m * n / 12.0 * ((big_n + 1) - tie_term / (big_n * (big_n - 1)))
+    if var <= 0:  # every value identical: no evidence either way
+        return RankTest(u, 1.0, "normal")
+    sd = math.sqrt(var)
+    upper = _normal_sf((u - mean_u - 0.5) / sd)
+    lower = _normal_sf((mean_u - u - 0.5) / sd)
+    p = {"greater": upper, "less": lower, "two-sided": min(1.0, 2.0 * min(upper, lower))}[alternative]
+    return RankTest(u, min(1.0, p), "normal")
+
+
+def sign_test(values: Sequence[float], reference: float, alternative: str = "greater") -> float:
+    """Exact sign test: p-value that ``values`` lie above (or below) ``reference`` by chance.
+
+    Used when only one side could be re-measured: each fresh process median is a
+    Bernoulli(1/2) draw above or below the reference under the null. Values equal to the
+    reference carry no information and are dropped.
+
+    Example:
+        >>> sign_test([2, 3, 4], 1.0)  # all three above: 1/8
+        0.125
+    """
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"invalid alternative {alternative!r}; accepted: greater, less")
+    above = sum(1 for v in values if v > reference)
+    below = sum(1 for v in values if v < reference)
+    n = above + below
+    if n == 0:
+        return 1.0
+    k = above if alternative == "greater" else below
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2.0**n
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values (family-wise error rate), in input order.
+
+    Example:
+        >>> holm([0.01, 0.04, 0.03])
+        [0.03, 0.06, 0.06]
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg step-up adjusted p-values (false discovery rate), in input order.
+
+    Example:
+        >>> [round(p, 3) for p in benjamini_hochberg([0.01, 0.04, 0.03])]
+        [0.03, 0.04, 0.04]
+    """
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i], reverse=True)
+    out = [0.0] * m
+    running = 1.0
+    for pos, i in enumerate(order):
+        rank = m - pos  # 1-based rank in ascending order
+        running = min(running, m / rank * pvalues[i])
+        out[i] = min(1.0, running)
+    return out
+
+
+def adjust_pvalues(pvalues: Sequence[float], method: str = DEFAULT_CORRECTION) -> list[float]:
+    """Adjust for multiple comparisons with ``method`` in :data:`CORRECTIONS`."""
+    if method == "holm":
+        return holm(pvalues)
+    if method == "bh":
+        return benjamini_hochberg(pvalues)
+    if method == "none":
+        return [float(p) for p in pvalues]
+    raise ValueError(f"invalid correction {method!r}; accepted: {', '.join(CORRECTIONS)}")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One metric compared between a base and a new measurement.
+
+    ``p_greater``/``p_less`` are the raw one-sided p-values (None for deterministic
+    metrics); :func:`judge` fills ``p_value`` with the corrected one for the direction of
+    the change and sets the verdict.
+    """
+
+    base: float  # median (or the single value) of the base
+    new: float
+    change: float  # relative change new / base - 1
+    threshold: float  # relative change that counts (both directions)
+    alpha: float | None  # significance level; None for deterministic metrics
+    p_greater: float | None = None  # H1: new is larger (worse)
+    p_less: float | None = None  # H1: new is smaller (better)
+    p_value: float | None = None  # corrected p of the direction of the change
+    verdict: str = "unchanged"  # one of VERDICTS
+    n_base: int = 1  # values tested per side (samples or process medians)
+    n_new: int = 1
+
+    @property
+    def tested(self) -> bool:
+        return self.alpha is not None
+
+    def _decide(self, p_greater: float | None, p_less: float | None) -> "Change":
+        if self.change >= self.threshold and (not self.tested or p_greater <= self.alpha):
+            return replace(self, p_value=p_greater, verdict="regression")
+        if self.change <= -self.threshold and (not self.tested or p_less <= self.alpha):
+            return replace(self, p_value=p_less, verdict="improvement")
+        p = None if not self.tested else (p_greater if self.change >= 0 else p_less)
+        return replace(self, p_value=p, verdict="unchanged")
+
+
+def compare_samples(
+    base: Sequence[float],
+    new: Sequence[float],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> Change:
+    """Compare two sample sets: threshold on the medians AND a one-sided rank test.
+
+    The verdict here is uncorrected (a single comparison); pass several changes through
+    :func:`judge` to correct for their number.
+
+    Args:
+        base: raw samples of the baseline (e.g. step times in ms).
+        new: raw samples of the candidate.
+        threshold: relative change of the medians that counts, e.g. 0.07.
+        alpha: significance level of the one-sided test.
+
+    Returns:
+        A :class:`Change` with verdict ``regression``, ``improvement`` or ``unchanged``.
+    """
+    b = [float(v) for v in base if v is not None and not math.isnan(float(v))]
+    n = [float(v) for v in new if v is not None and not math.isnan(float(v))]
+    if not b or not n:
+        raise ValueError("compare_samples needs at least one sample on each side")
+    mb, mn = median(b), median(n)
+    change = Change(
+        base=mb,
+        new=mn,
+        change=relative_change(mb, mn),
+        threshold=threshold,
+        alpha=alpha,
+        p_greater=mann_whitney_u(b, n, "greater").p_value,
+        p_less=mann_whitney_u(b, n, "less").p_value,
+        n_base=len(b),
+        n_new=len(n),
+    )
+    return change._decide(change.p_greater, change.p_less)
+
+
+def compare_values(base: float, new: float, *, threshold: float = DEFAULT_THRESHOLD) -> Change:
+    """Compare two deterministic values (counts, peak memory): the threshold alone decides.
+
+    Example:
+        >>> compare_values(1000, 1100).verdict
+        'regression'
+    """
+    base, new = float(base), float(new)
+    return Change(base=base, new=new, change=relative_change(base, new), threshold=threshold, alpha=None)._decide(None, None)
+
+
+def judge(changes: Sequence[Change], correction: str = DEFAULT_CORRECTION) -> list[Change]:
+    """Re-decide tested changes with p-values corrected for their number.
+
+    Regressions and improvements are two families (each one-sided test is corrected over
+    all tested changes); deterministic changes pass through unchanged.
+    """
+    tested = [i for i, c in enumerate(changes) if c.tested]
+    greater = adjust_pvalues([changes[i].p_greater for i in tested], correction)
+    less = adjust_pvalues([changes[i].p_less for i in tested], correction)
+    out = list(changes)
+    for j, i in enumerate(tested):
+        out[i] = changes[i]._decide(greater[j], less[j])
+    return out
+
+
+def is_regression(
+    base: Sequence[float],
+    new: Sequence[float],
+    factor: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> bool:
+    """True when ``new`` is at least ``factor`` slower than ``base`` and significantly so."""
+    return compare_samples(base, new, threshold=factor, alpha=alpha).verdict == "regression"
+
+
+def pooled_or_group_medians(groups: Sequence[Sequence[float]], min_groups: int = MIN_GROUPS) -> list[float]:
+    """Values to test for one side measured in ``len(groups)`` processes.
+
+    With at least ``min_groups`` processes, one median per process: those are independent,
+    so the rank test's false-alarm rate holds against between-process noise. With fewer,
+    all samples pooled (the test then speaks only of within-process noise).
+
+    Example:
+        >>> pooled_or_group_medians([[1.0, 2.0, 3.0]])
+        [1.0, 2.0, 3.0]
+        >>> pooled_or_group_medians([[1.0, 2.0, 9.0], [2.0, 3.0, 4.0], [5.0, 5.0, 6.0]])
+        [2.0, 3.0, 5.0]
+    """
+    groups = [list(g) for g in groups if len(g)]
+    if len(groups) >= min_groups:
+        return [median(g) for g in groups]
+    return [v for g in groups for v in g]

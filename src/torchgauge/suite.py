@@ -1,0 +1,152 @@
+"""Plan and run a suite: patterns -> RunConfigs -> isolated runs -> a results file on disk.
+
+The CLI parses its arguments once into a :class:`SuiteRequest` and calls these functions;
+Python users can call them directly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from .results.schema import DEFAULT_METRICS, PASSING_STATUSES, ResultsFile, RunConfig, RunRecord
+
+__all__ = ["SuiteRequest", "select_models", "parse_shard", "plan", "run_and_save", "default_output_path", "exit_code"]
+
+
+class SelectionError(ValueError):
+    """No model matches a pattern (the message names close matches)."""
+
+
+def select_models(
+    patterns: Sequence[str],
+    *,
+    exclude: Sequence[str] = (),
+    domain: Sequence[str] = (),
+    tags: Sequence[str] = (),
+) -> list[str]:
+    """Registered names matching any pattern (exact names or fnmatch wildcards), natural order.
+
+    Raises:
+        SelectionError: a pattern matches nothing; the message suggests close names.
+    """
+    from .registry import list_models
+
+    universe = list_models(domain=list(domain) or None, tags=list(tags) or None)
+    chosen: list[str] = []
+    for pat in patterns or ["*"]:
+        hits = [n for n in universe if fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            close = difflib.get_close_matches(pat, list_models(), n=5, cutoff=0.5)
+            hint = f"; did you mean: {', '.join(close)}?" if close else "; see `torchgauge list`"
+            raise SelectionError(f"no model matches {pat!r}{hint}")
+        chosen.extend(h for h in hits if h not in chosen)
+    if exclude:
+        chosen = [n for n in chosen if not any(fnmatch.fnmatchcase(n, p) for p in exclude)]
+    order = {n: i for i, n in enumerate(universe)}
+    return sorted(chosen, key=order.__getitem__)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` (1-based) -> (i, n); raises ValueError with the accepted form."""
+    if not text:
+        return None
+    try:
+        i, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise ValueError(f"invalid shard {text!r}; accepted: i/n with 1 <= i <= n, e.g. 2/4") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"invalid shard {text!r}; accepted: i/n with 1 <= i <= n, e.g. 2/4")
+    return i, n
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    """Everything ``torchgauge run`` was asked for, typed."""
+
+    models: tuple[str, ...]
+    modes: tuple[str, ...] = ("train", "eval")
+    device: str = "cpu"
+    precision: str = "fp32"
+    backend: str = "eager"
+    batch_size: int | None = None
+    size: str = "full"
+    repeat: int = 10
+    warmup: int = 3
+    seed: int = 0
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    options: dict[str, Any] = field(default_factory=dict)
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    shard: tuple[int, int] | None = None
+
+
+def plan(request: SuiteRequest) -> list[RunConfig]:
+    """One RunConfig per (model, mode), restricted to the request's shard of models."""
+    models = list(request.models)
+    if request.shard:
+        i, n = request.shard
+        models = models[i - 1 :: n]
+    return [
+        RunConfig(
+            model=m,
+            mode=mode,
+            device=request.device,
+            precision=request.precision,
+            backend=request.backend,
+            batch_size=request.batch_size,
+            size=request.size,
+            repeat=request.repeat,
+            warmup=request.warmup,
+            seed=request.seed,
+            metrics=request.metrics,
+            options=request.options,
+            model_kwargs=request.model_kwargs,
+        )
+        for m in models
+        for mode in request.modes
+    ]
+
+
+def default_output_path(directory: str | Path = "torchgauge-results") -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(directory) / f"run-{stamp}.json"
+
+
+def run_and_save(
+    configs: Iterable[RunConfig],
+    runner_options: Any,
+    output: str | Path,
+    *,
+    env: dict[str, Any] | None = None,
+    on_result: Callable[[RunRecord], None] | None = None,
+    on_start: Callable[[RunConfig], None] | None = None,
+) -> ResultsFile:
+    """Run the configs in isolated workers, rewriting ``output`` after every finished run.
+
+    The file is replaced atomically each time, so a crash or Ctrl-C leaves every run that
+    finished before it on disk.
+    """
+    from . import __version__
+    from .harness.env import collect_env
+    from .runner import run_suite
+
+    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__)
+
+    def save(record: RunRecord) -> None:
+        results.runs.append(record)
+        results.write(output)
+        if on_result:
+            on_result(record)
+
+    results.write(output)  # an empty file with the environment, before anything runs
+    run_suite(configs, runner_options, on_result=save, on_start=on_start)
+    return results
+
+
+def exit_code(records: Iterable[RunRecord]) -> int:
+    """0 when every run is ok/unsupported/skipped, 1 otherwise."""
+    return 0 if all(r.status in PASSING_STATUSES for r in records) else 1

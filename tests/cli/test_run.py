@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import PLANTED
+
+
+def test_run_writes_results_with_samples(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, stdout, err = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--repeat", "4",
+                            "--warmup", "1", "--output", str(out))
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1 and doc["env"]["torch_version"]
+    assert [(r["model"], r["mode"], r["status"]) for r in doc["runs"]] == [("planted_ok", "train", "ok"), ("planted_ok", "eval", "ok")]
+    for run in doc["runs"]:
+        assert len(run["metrics"]["time_ms"]["samples"]) == 4
+        for key in ("median", "min", "max", "iqr"):
+            assert run["metrics"]["time_ms"][key] is not None
+        assert run["metrics"]["cpu_peak_mb"] > 0 and "cpu_delta_mb" in run["metrics"]
+        assert (run["precision"], run["backend"], run["size"], run["batch_size"]) == ("fp32", "eager", "smoke", 2)
+    assert "planted_ok" in stdout and "median ms" in stdout
+
+
+def test_run_failure_sets_exit_code_and_keeps_others(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, _ = cli("run", "planted_ok", "planted_raises", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval",
+                     "--repeat", "2", "--output", str(out), "--quiet")
+    assert code == 1
+    runs = json.loads(out.read_text())["runs"]
+    assert {r["model"]: r["status"] for r in runs} == {"planted_ok": "ok", "planted_raises": "error"}
+
+
+def test_run_json_output(cli, tmp_path) -> None:
+    code, stdout, _ = cli("run", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
+                          "--output", str(tmp_path / "r.json"), "--json", "--quiet")
+    doc = json.loads(stdout)
+    assert code == 0  # unsupported train mode does not fail the suite
+    assert [r["status"] for r in doc["runs"]] == ["unsupported", "ok"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["no_such_model"], "no model matches 'no_such_model'"),
+        (["planted_okk"], "did you mean: planted_ok"),
+        (["planted_ok", "--mode", "infer"], "'infer' is not one of 'train', 'eval', 'both'"),
+        (["planted_ok", "--device", "gpu"], "accepted: cpu, cuda"),
+        (["planted_ok", "--repeat", "0"], "accepted: an integer >= 1"),
+        (["planted_ok", "--metrics", "time,bogus"], "unknown metric 'bogus'"),
+        (["planted_ok", "--precision", "fp8"], "accepted: fp32"),
+        (["planted_ok", "--shard", "3/2"], "invalid shard '3/2'"),
+        (["planted_ok", "--model-arg", "oops"], "is not KEY=VALUE"),
+    ],
+)
+def test_bad_input_gets_one_line_error(cli, tmp_path, args, message) -> None:
+    code, _, err = cli("run", *args, "--model-file", PLANTED, "--output", str(tmp_path / "r.json"))
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_shard_splits_models(cli, tmp_path) -> None:
+    seen = set()
+    for i in (1, 2):
+        out = tmp_path / f"s{i}.json"
+        code, _, _ = cli("run", "planted_ok", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke",
+                         "--mode", "eval", "--repeat", "1", "--shard", f"{i}/2", "--output", str(out), "--quiet")
+        assert code == 0
+        models = {r["model"] for r in json.loads(out.read_text())["runs"]}
+        assert len(models) == 1 and not (models & seen)
+        seen |= models
+    assert seen == {"planted_ok", "planted_eval_only"}

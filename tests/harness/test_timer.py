@@ -1,0 +1,68 @@
+"""StepTimer with injected fake clocks and event pairs: counts, order, syncs."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchgauge.harness.timer import StepTimer, TimingSamples
+
+
+class FakeClock:
+    """Advances by the step's 'cost' when the step runs; the clock itself costs nothing."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_samples_counted_and_kept_raw() -> None:
+    clock = FakeClock()
+    costs = iter([100, 200, 300, 10, 20, 30, 40, 50])
+    calls = []
+
+    def step():
+        calls.append(1)
+        clock.now += next(costs)
+
+    s = StepTimer(step, clock=clock).run(repeat=5, warmup=3)
+    assert s.warmup_ns == (100, 200, 300)
+    assert s.wall_ns == (10, 20, 30, 40, 50)
+    assert len(calls) == 8 and s.device_ms is None
+    assert s.wall_ms == [1e-5, 2e-5, 3e-5, 4e-5, 5e-5]
+
+
+def test_sync_brackets_every_step() -> None:
+    log = []
+    StepTimer(lambda: log.append("step"), sync=lambda: log.append("sync")).run(repeat=2, warmup=1)
+    assert log == ["sync", "step", "sync"] * 3
+
+
+def test_event_pairs_give_device_times() -> None:
+    class Event:
+        def __init__(self, t):
+            self.t = t
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    ticks = iter(range(0, 1000, 3))
+    s = StepTimer(lambda: None, events=lambda: (Event(next(ticks)), Event(next(ticks)))).run(repeat=4, warmup=0)
+    assert s.device_ms == (3.0, 3.0, 3.0, 3.0) and len(s.wall_ns) == 4
+
+
+def test_invalid_counts() -> None:
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        StepTimer(lambda: None).run(repeat=0)
+    with pytest.raises(ValueError, match="warmup must be >= 0"):
+        StepTimer(lambda: None).run(repeat=1, warmup=-1)
+
+
+def test_samples_are_immutable() -> None:
+    s = TimingSamples(wall_ns=(1,), warmup_ns=())
+    with pytest.raises(AttributeError):
+        s.wall_ns = (2,)

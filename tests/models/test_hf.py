@@ -1,0 +1,168 @@
+"""Hugging Face models: checkpoint configs, life without transformers, generation length."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+import torchgauge
+from torchgauge.models.nlp.hf import factory
+from torchgauge.registry import get_spec, list_models
+from torchgauge.workload import UnsupportedError
+
+HF_MODELS = list_models(tags="hf")
+
+# (layers, hidden, heads, vocab) from each hub checkpoint's config.json.
+CHECKPOINT_SIZES = {
+    "bert-base-uncased": (12, 768, 12, 30522),
+    "bert-large-cased": (24, 1024, 16, 28996),
+    "albert-base-v2": (12, 768, 12, 30000),
+    "distilbert-base-uncased": (6, 768, 12, 30522),
+    "roberta-base": (12, 768, 12, 50265),
+    "xlm-roberta-base": (12, 768, 12, 250002),
+    "facebook/bart-base": (6, 768, 12, 50265),
+    "google/bigbird-roberta-base": (12, 768, 12, 50358),
+    "allenai/longformer-base-4096": (12, 768, 12, 50265),
+    "google/reformer-crime-and-punishment": (6, 256, 2, 320),
+    "t5-small": (6, 512, 8, 32128),
+    "t5-base": (12, 768, 12, 32128),
+    "t5-large": (24, 1024, 16, 32128),
+    "gpt2": (12, 768, 12, 50257),
+    "gpt2-large": (36, 1280, 20, 50257),
+    "openai/whisper-tiny": (4, 384, 6, 51865),
+}
+# CLIP ViT-B/32: (layers, hidden, heads, vocab) of the text and the image towers.
+CLIP_TEXT_SIZES = (12, 512, 8, 49408)
+CLIP_VISION_SIZES = (12, 768, 12, None)
+
+EXPECTED_CHECKPOINTS = {
+    "hf_Bert": "bert-base-uncased",
+    "hf_Bert_large": "bert-large-cased",
+    "hf_Albert": "albert-base-v2",
+    "hf_DistilBert": "distilbert-base-uncased",
+    "hf_Roberta_base": "roberta-base",
+    "fambench_xlmr": "xlm-roberta-base",
+    "hf_Bart": "facebook/bart-base",
+    "hf_BigBird": "google/bigbird-roberta-base",
+    "hf_Longformer": "allenai/longformer-base-4096",
+    "hf_Reformer": "google/reformer-crime-and-punishment",
+    "hf_T5": "t5-small",
+    "hf_T5_base": "t5-base",
+    "hf_T5_large": "t5-large",
+    "hf_T5_generate": "t5-small",
+    "hf_GPT2": "gpt2",
+    "hf_GPT2_large": "gpt2-large",
+    "hf_GPT2_generate": "gpt2",
+    "hf_Whisper": "openai/whisper-tiny",
+    "hf_clip": "openai/clip-vit-base-patch32",
+}
+
+
+def _sizes(config) -> tuple:
+    return (config.num_hidden_layers, config.hidden_size, config.num_attention_heads, getattr(config, "vocab_size", None))
+
+
+def test_every_model_is_registered() -> None:
+    assert sorted(HF_MODELS) == sorted(EXPECTED_CHECKPOINTS)
+    assert "mlperf" in get_spec("hf_Bert_large").tags
+    assert get_spec("hf_GPT2").extra["torchbench_name"] == "hf_ptg1"
+
+
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_full_config_matches_checkpoint(name: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    spec = get_spec(name).extra["hf_spec"]
+    assert spec.checkpoint == EXPECTED_CHECKPOINTS[name]
+    config = spec.build_config(transformers)
+    assert config._attn_implementation == factory.ATTN_IMPLEMENTATION
+    if name == "hf_clip":
+        assert _sizes(config.text_config) == CLIP_TEXT_SIZES
+        assert _sizes(config.vision_config)[:3] == CLIP_VISION_SIZES[:3]
+        assert (config.vision_config.image_size, config.vision_config.patch_size) == (224, 32)
+    else:
+        assert _sizes(config) == CHECKPOINT_SIZES[spec.checkpoint]
+
+
+def test_smoke_and_overrides_merge_nested_configs() -> None:
+    transformers = pytest.importorskip("transformers")
+    spec = get_spec("hf_clip").extra["hf_spec"]
+    config = spec.build_config(transformers, smoke=True, text_config={"num_hidden_layers": 3})
+    assert config.text_config.num_hidden_layers == 3  # caller override wins
+    assert config.text_config.hidden_size == 32  # smoke value kept beside it
+    assert config.text_config.vocab_size == 512
+    assert config.vision_config.hidden_size == 32
+    assert config.vision_config.patch_size == 32  # checkpoint value kept where smoke is silent
+
+
+def test_builder_overrides_reach_the_model() -> None:
+    pytest.importorskip("transformers")
+    w = torchgauge.create("hf_Bert", mode="eval", size="smoke", num_hidden_layers=1)
+    assert w.module.config.num_hidden_layers == 1
+    assert len(w.module.bert.encoder.layer) == 1
+
+
+@pytest.mark.parametrize("name", HF_MODELS)
+def test_builder_raises_unsupported_without_transformers(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails
+    with pytest.raises(UnsupportedError, match="transformers not installed"):
+        torchgauge.create(name, mode=get_spec(name).modes[0], size="smoke")
+
+
+def test_models_register_without_transformers() -> None:
+    # A fresh interpreter where `import transformers` fails: registration must not need it.
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from torchgauge.registry import list_models\n"
+        "print(' '.join(list_models(tags='hf')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == sorted(HF_MODELS)
+
+
+def test_retired_architecture_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A transformers release without Reformer: the builder says so instead of faking it.
+    monkeypatch.setattr(factory, "import_transformers", lambda: types.SimpleNamespace(__version__="99.0"))
+    with pytest.raises(UnsupportedError, match="no longer has ReformerConfig"):
+        torchgauge.create("hf_Reformer", mode="eval", size="smoke")
+
+
+@pytest.mark.parametrize("name,decoder_prefix", [("hf_GPT2_generate", "prompt"), ("hf_T5_generate", "start")])
+def test_generate_emits_exactly_n_new_tokens(name: str, decoder_prefix: str) -> None:
+    pytest.importorskip("transformers")
+    w = torchgauge.create(name, mode="eval", size="smoke", batch_size=2)
+    assert get_spec(name).modes == ("eval",)
+    prompt = w.inputs["input_ids"]
+    new_tokens = w.generation_config.max_new_tokens
+    assert new_tokens == w.generation_config.min_new_tokens == 4
+    assert w.generation_config.cache_implementation == "static"
+    for _ in range(2):  # the reused static cache must not change the length
+        out = w.step()
+        # decoder-only models return prompt + new tokens; encoder-decoders the start token + new tokens
+        prefix = prompt.shape[1] if decoder_prefix == "prompt" else 1
+        assert out.sequences.shape == (2, prefix + new_tokens)
+        assert len(out.logits) == new_tokens
+        if decoder_prefix == "prompt":
+            assert (out.sequences[:, : prompt.shape[1]] == prompt).all()
+
+
+def test_input_recipes_shapes() -> None:
+    transformers = pytest.importorskip("transformers")
+    from torchgauge.models.nlp.hf.whisper import WHISPER_TINY, speech_inputs
+    from torchgauge.workload import BuildContext
+
+    import torch
+
+    config = WHISPER_TINY.build_config(transformers, smoke=True)
+    train = BuildContext("t", "train", torch.device("cpu"), 3, "smoke", batch_size_given=True)
+    inputs = speech_inputs(train, config, 5)
+    assert inputs["input_features"].shape == (3, 80, 32)  # 2 * max_source_positions (16) frames
+    assert inputs["labels"].shape == (3, 5)
+    evaluate = BuildContext("t", "eval", torch.device("cpu"), 3, "smoke", batch_size_given=True)
+    seq2seq = factory.seq2seq_inputs(evaluate, config, 7)
+    assert set(seq2seq) == {"input_ids", "decoder_input_ids"}
+    assert seq2seq["decoder_input_ids"].shape == (3, 7)
+    assert int(seq2seq["input_ids"].max()) < config.vocab_size

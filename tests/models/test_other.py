@@ -1,0 +1,263 @@
+"""Building blocks of the "other" models against hand-computed or brute-force values."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from torchgauge.models.other.basic_gnn import GCNConv, aggregate, gcn_edge_weights
+from torchgauge.models.other.differential_privacy import per_sample_gradients, privatize_gradients
+from torchgauge.models.other.lennard_jones import (
+    PairPotential,
+    energies_and_forces,
+    lennard_jones_energy,
+    lennard_jones_forces,
+)
+from torchgauge.models.other.linear_chain_crf import LinearChainCRF
+from torchgauge.models.other.maml import MAMLConfig, MAMLWorkload, OmniglotNet
+from torchgauge.models.other.moco import MoCo, MoCoConfig
+from torchgauge.models.other.ocean_grid import grid_shape
+from torchgauge.models.other.pyhpc_equation_of_state import gsw_dhdct, specific_volume
+from torchgauge.models.other.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
+from torchgauge.workload import BuildContext
+
+F64 = torch.float64
+
+
+def _f64(*values: float) -> torch.Tensor:
+    return torch.tensor(values, dtype=F64)
+
+
+# -- linear-chain CRF ------------------------------------------------------------------------
+def _brute_force(crf: LinearChainCRF, emissions: torch.Tensor, length: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """log Z and the best path of one sequence by enumerating all K^length tag sequences."""
+    num_tags = emissions.shape[-1]
+    scores = {}
+    for tags in itertools.product(range(num_tags), repeat=length):
+        s = crf.start[tags[0]] + crf.end[tags[-1]] + sum(emissions[t, tags[t]] for t in range(length))
+        s = s + sum(crf.transitions[tags[t - 1], tags[t]] for t in range(1, length))
+        scores[tags] = s
+    best = max(scores, key=lambda k: scores[k].item())
+    return torch.logsumexp(torch.stack(list(scores.values())), 0), best
+
+
+def test_crf_partition_and_viterbi_match_enumeration() -> None:
+    torch.manual_seed(0)
+    crf = LinearChainCRF(3).double()
+    with torch.no_grad():
+        for p in crf.parameters():
+            p.normal_()
+    emissions = torch.randn(2, 4, 3, dtype=F64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)  # lengths 4 and 2
+    log_z = crf.log_partition(emissions, mask)
+    best_score, best_tags = crf.viterbi(emissions, mask)
+    for b, length in enumerate((4, 2)):
+        expected_z, expected_path = _brute_force(crf, emissions[b], length)
+        assert log_z[b].item() == pytest.approx(expected_z.item(), rel=1e-12)
+        assert tuple(best_tags[b, :length].tolist()) == expected_path
+        gold = crf.score(emissions[b : b + 1], best_tags[b : b + 1], mask[b : b + 1])
+        assert best_score[b].item() == pytest.approx(gold.item(), rel=1e-12)
+    # the NLL of any sequence is positive
+    tags = torch.randint(0, 3, (2, 4))
+    assert (log_z - crf.score(emissions, tags, mask) > 0).all()
+
+
+# -- differential privacy ----------------------------------------------------------------------
+def test_vmap_per_sample_gradients_match_single_sample_backward() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+    images, labels = torch.randn(3, 3, 6, 6), torch.tensor([0, 3, 4])
+    grads, losses = per_sample_gradients(net, images, labels)
+    for b in range(3):
+        net.zero_grad()
+        loss = F.cross_entropy(net(images[b : b + 1]), labels[b : b + 1])
+        loss.backward()
+        assert losses[b].item() == pytest.approx(loss.item(), rel=1e-5)
+        for name, p in net.named_parameters():
+            torch.testing.assert_close(grads[name][b], p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_privatize_clips_each_sample_then_averages() -> None:
+    # per-sample norms (over both tensors) 5 and 0.5; clipped to 1: scales 1/5 (+eps) and 1
+    sample_grads = {"w": torch.tensor([[3.0, 0.0], [0.3, 0.0]]), "b": torch.tensor([[4.0], [0.4]])}
+    out = privatize_gradients(sample_grads, max_grad_norm=1.0, noise_multiplier=0.0)
+    torch.testing.assert_close(out["w"], torch.tensor([(0.6 + 0.3) / 2, 0.0]), rtol=1e-5, atol=0)
+    torch.testing.assert_close(out["b"], torch.tensor([(0.8 + 0.4) / 2]), rtol=1e-5, atol=0)
+
+
+# -- graph networks ------------------------------------------------------------------------------
+PATH_EDGES = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])  # 0 - 1 - 2, both directions
+
+
+def test_gcn_normalisation_on_a_path_graph() -> None:
+    # with self loops the degrees are 2, 3, 2
+    a_hat = torch.tensor([
+        [1 / 2, 1 / math.sqrt(6), 0.0],
+        [1 / math.sqrt(6), 1 / 3, 1 / math.sqrt(6)],
+        [0.0, 1 / math.sqrt(6), 1 / 2],
+    ])
+    edges, weights = gcn_edge_weights(PATH_EDGES, 3)
+    dense = torch.zeros(3, 3).index_put_((edges[1], edges[0]), weights, accumulate=True)
+    torch.testing.assert_close(dense, a_hat)
+    conv = GCNConv(3, 3)
+    with torch.no_grad():
+        conv.lin.weight.copy_(torch.eye(3))
+        conv.bias.fill_(0.5)
+    x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [1.0, 1.0, 1.0]])
+    torch.testing.assert_close(conv(x, PATH_EDGES), a_hat @ x + 0.5)
+
+
+def test_aggregate_reductions() -> None:
+    messages = torch.tensor([[1.0], [2.0], [5.0], [-4.0]])  # source 0, 1, 1, 2 -> target 1, 0, 2, 1
+    target = PATH_EDGES[1]
+    assert aggregate(messages, target, 4, "sum").flatten().tolist() == [2.0, -3.0, 5.0, 0.0]
+    assert aggregate(messages, target, 4, "mean").flatten().tolist() == [2.0, -1.5, 5.0, 0.0]
+    assert aggregate(messages, target, 4, "max").flatten().tolist() == [2.0, 1.0, 5.0, 0.0]
+
+
+# -- pyhpc kernels ---------------------------------------------------------------------------------
+def test_grid_shape_of_torchbench_size() -> None:
+    assert grid_shape(2**20) == (204, 204, 26)
+    assert grid_shape(2**12) == (32, 32, 4)
+
+
+# (SA g/kg, CT degC, p dbar) -> dh/dCT from pyhpc-benchmarks' gsw_dHdT (the Maple-generated reference)
+PYHPC_REFERENCE = [
+    ((35.16504, 10.0, 1000.0), 1.7168110946689978),
+    ((30.0, 20.0, 500.0), 1.2288046309607594),
+    ((5.0, -5.0, 250.0), -0.3122702626085925),
+    ((0.01, -12.0, 1000.0), -2.819090532222617),
+    ((35.0, 0.0, 0.0), 0.0),
+]
+
+
+@pytest.mark.parametrize("point,expected", PYHPC_REFERENCE)
+def test_eos_matches_pyhpc_reference(point, expected) -> None:
+    assert gsw_dhdct(*map(_f64, point)).item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_eos_is_the_ct_derivative_of_integrated_specific_volume() -> None:
+    sa, ct, p = _f64(35.16504), 8.0, 800.0
+    pressures = torch.linspace(0.0, p, 2001, dtype=F64)
+
+    def enthalpy(ct_value: float) -> float:  # 1e4 * integral of v dp (Pa), trapezoid on a fine grid
+        return 1e4 * torch.trapezoid(specific_volume(sa, _f64(ct_value), pressures), pressures).item()
+
+    delta = 1e-3
+    central = (enthalpy(ct + delta) - enthalpy(ct - delta)) / (2 * delta)
+    assert gsw_dhdct(sa, _f64(ct), _f64(p)).item() == pytest.approx(central, rel=1e-6)
+
+
+def test_eos_density_of_standard_seawater() -> None:
+    # rho(S=35, 0 degC, surface) = 1028.106 kg/m^3, the classic standard-seawater value
+    assert 1 / specific_volume(_f64(35.16504), _f64(0.0), _f64(0.0)).item() == pytest.approx(1028.106, abs=0.05)
+
+
+def test_tridiagonal_solver_matches_dense_solve() -> None:
+    torch.manual_seed(0)
+    n = 6
+    a, c = torch.rand(2, 5, n, dtype=F64)  # (batch, n)
+    b = 2.5 + torch.rand(2, 5, n, dtype=F64)  # diagonally dominant
+    d = torch.randn(2, 5, n, dtype=F64)
+    dense = torch.diag_embed(b) + torch.diag_embed(a[..., 1:], -1) + torch.diag_embed(c[..., :-1], 1)
+    expected = torch.linalg.solve(dense, d.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(solve_tridiagonal(a, b, c, d), expected)
+
+
+# -- Lennard-Jones ------------------------------------------------------------------------------------
+def _finite_difference_forces(energy, positions: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    forces = torch.zeros_like(positions)
+    for idx in itertools.product(*map(range, positions.shape)):
+        up, down = positions.clone(), positions.clone()
+        up[idx] += h
+        down[idx] -= h
+        forces[idx] = -(energy(up).sum() - energy(down).sum()) / (2 * h)
+    return forces
+
+
+def test_forces_are_minus_the_energy_gradient() -> None:
+    torch.manual_seed(0)
+    positions = torch.tensor([[[0.0, 0.0, 0.0], [0.6, 0.05, 0.0], [0.1, 0.7, -0.05]]], dtype=F64)
+    model = PairPotential(3).double()
+    _, forces = energies_and_forces(model, positions, create_graph=False)
+    with torch.no_grad():
+        torch.testing.assert_close(forces, _finite_difference_forces(model, positions), rtol=1e-6, atol=1e-8)
+        fd = _finite_difference_forces(lennard_jones_energy, positions)
+        torch.testing.assert_close(lennard_jones_forces(positions), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_lennard_jones_pair_values() -> None:
+    # U(sigma) = 0 and the minimum U(2^(1/6) sigma) = -EPSILON / 4 = -1 with zero force
+    r_min = 2 ** (1 / 6) * 0.5
+    pair = torch.tensor([[[0.0, 0.0, 0.0], [r_min, 0.0, 0.0]]], dtype=F64)
+    assert lennard_jones_energy(pair).item() == pytest.approx(-1.0)
+    assert lennard_jones_forces(pair).abs().max().item() < 1e-9
+    assert lennard_jones_energy(pair / (2 ** (1 / 6))).item() == pytest.approx(0.0, abs=1e-12)
+
+
+# -- MAML -------------------------------------------------------------------------------------------------
+def _maml_meta_grads(net: torch.nn.Module, vectorized: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Query predictions and meta-gradients of one second-order MAML step over two 3-way tasks (float64)."""
+    torch.manual_seed(0)
+    ctx = BuildContext(name="maml_test", mode="train", device=torch.device("cpu"), batch_size=2, size="smoke")
+    cfg = MAMLConfig(inner_steps=2, eval_inner_steps=2, inner_lr=0.1, shots=1, queries=2, ways=3, image_size=22)
+    x_spt, x_qry = torch.rand(2, 3, 1, 22, 22, dtype=F64), torch.rand(2, 6, 1, 22, 22, dtype=F64)
+    y_spt, y_qry = torch.arange(3).repeat(2, 1), torch.arange(3).repeat_interleave(2).repeat(2, 1)
+    w = MAMLWorkload(ctx, net, (x_spt, y_spt, x_qry), y_qry, cfg=cfg, task_loss=F.cross_entropy, vectorized=vectorized)
+    net.zero_grad()
+    outputs = w.forward()
+    w.compute_loss(outputs).backward()
+    return outputs.detach(), [p.grad.clone() for p in net.parameters()]
+
+
+def _omniglot_net(batch_norm: bool) -> torch.nn.Module:
+    torch.manual_seed(1)
+    net = OmniglotNet(ways=3).to(F64)
+    if not batch_norm:
+        for i, layer in enumerate(net):
+            if isinstance(layer, torch.nn.BatchNorm2d):
+                net[i] = torch.nn.Identity()
+    return net
+
+
+def test_functorch_and_autograd_maml_agree() -> None:
+    # Without BatchNorm the vmap(grad) port and the autograd.grad loop are the same function.
+    net = _omniglot_net(batch_norm=False)
+    (out_loop, grads_loop), (out_vmap, grads_vmap) = (_maml_meta_grads(net, v) for v in (False, True))
+    torch.testing.assert_close(out_vmap, out_loop)
+    for g_vmap, g_loop in zip(grads_vmap, grads_loop):
+        torch.testing.assert_close(g_vmap, g_loop)
+
+
+def test_functorch_and_autograd_maml_forward_agrees_with_batch_norm() -> None:
+    net = _omniglot_net(batch_norm=True)
+    (out_loop, _), (out_vmap, _) = (_maml_meta_grads(net, v) for v in (False, True))
+    torch.testing.assert_close(out_vmap, out_loop)
+
+
+@pytest.mark.xfail(strict=True, reason="upstream: batch_norm backward batching rule under vmap is wrong for "
+                   "second-order grads (pytorch/functorch#534); the autograd loop matches finite differences")
+def test_functorch_maml_meta_gradient_with_batch_norm() -> None:
+    # Found by this suite on torch 2.13: second-order meta-gradients through BatchNorm differ by
+    # ~5% between vmap(grad) and the loop; finite differences side with the loop. strict=True makes
+    # a fixed torch turn this into a failure, so the note gets removed.
+    net = _omniglot_net(batch_norm=True)
+    (_, grads_loop), (_, grads_vmap) = (_maml_meta_grads(net, v) for v in (False, True))
+    for g_vmap, g_loop in zip(grads_vmap, grads_loop):
+        torch.testing.assert_close(g_vmap, g_loop)
+
+
+# -- MoCo ---------------------------------------------------------------------------------------------------
+def test_moco_queue_wraps_around() -> None:
+    torch.manual_seed(0)
+    model = MoCo(MoCoConfig(depth=18, dim=2, queue_size=4))
+    first, second = torch.arange(6.0).reshape(3, 2), -torch.arange(6.0).reshape(3, 2)
+    model._enqueue(first)  # columns 0, 1, 2
+    model._enqueue(second)  # columns 3, 0, 1
+    assert model.queue_ptr.item() == 2
+    torch.testing.assert_close(model.queue.T, torch.stack([second[1], second[2], first[2], second[0]]))

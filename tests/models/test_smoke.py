@@ -1,0 +1,90 @@
+"""Registry-driven smoke test: every model, every mode, CPU, smoke size (timm's test_models)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import torchgauge
+from torchgauge.registry import get_spec, list_models
+from torchgauge.workload import UnsupportedError
+
+CASES = [(name, mode) for name in list_models() for mode in get_spec(name).modes]
+
+
+def _float_leaves(out):
+    for leaf in pytree.tree_leaves(out):
+        if isinstance(leaf, torch.Tensor):
+            if leaf.is_quantized:
+                leaf = leaf.dequantize()
+            if leaf.is_floating_point() or leaf.is_complex():
+                yield leaf
+        elif isinstance(leaf, float):
+            yield torch.tensor(leaf)
+
+
+def _check_devices(w, device: torch.device):
+    for p in w.module.parameters():
+        assert p.device.type == device.type, f"parameter on {p.device}, expected {device}"
+    for t in w.input_tensors():
+        assert t.device.type == device.type, f"input on {t.device}, expected {device}"
+
+
+def _run_and_check(name: str, mode: str, device: str) -> None:
+    try:
+        w = torchgauge.create(name, mode=mode, device=device, size="smoke")
+    except UnsupportedError as exc:
+        pytest.skip(f"unsupported: {exc}")
+    _check_devices(w, torch.device(device))
+    if mode == "train":
+        before = [p.detach().clone() for p in w.module.parameters() if p.requires_grad]
+        assert before, f"{name} has no trainable parameters"
+        out = w.step()
+        after = [p.detach() for p in w.module.parameters() if p.requires_grad]
+        changed = sum(not torch.equal(a, b) for a, b in zip(before, after))
+        assert changed > 0, f"{name}: no parameter changed after a training step"
+    else:
+        out = w.step()
+    leaves = list(_float_leaves(out))
+    assert leaves, f"{name} {mode}: step() returned no floating tensor"
+    for leaf in leaves:
+        assert torch.isfinite(leaf).all(), f"{name} {mode}: non-finite output"
+    out2 = w.step()  # a second iteration must work too (state, caches, optimizer)
+    for leaf in _float_leaves(out2):
+        assert torch.isfinite(leaf).all(), f"{name} {mode}: non-finite output on second step"
+
+
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_smoke_cpu(name: str, mode: str) -> None:
+    _run_and_check(name, mode, "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_smoke_cuda(name: str, mode: str) -> None:
+    if "cuda" not in get_spec(name).devices:
+        pytest.skip("model does not support cuda")
+    _run_and_check(name, mode, "cuda")
+
+
+def test_every_domain_has_models() -> None:
+    from torchgauge.registry import DOMAINS
+
+    for domain in DOMAINS:
+        assert list_models(domain=domain), f"no models in domain {domain}"
+
+
+def test_metadata_complete() -> None:
+    for name in list_models():
+        spec = get_spec(name)
+        assert spec.task and spec.source, f"{name}: task and source are required"
+        assert spec.train_batch_size >= 1 and spec.eval_batch_size >= 1
+
+
+def test_every_model_package_imports() -> None:
+    from torchgauge.models import IMPORT_ERRORS
+
+    assert not IMPORT_ERRORS, "\n\n".join(f"{pkg}:\n{tb}" for pkg, tb in IMPORT_ERRORS.items())

@@ -1,0 +1,48 @@
+"""measure(): the record the library returns is the one the CLI stores."""
+
+from __future__ import annotations
+
+import pytest
+
+import torchgauge
+from torchgauge.harness.metrics import register_metric, validate_metrics
+from torchgauge.registry import load_model_file
+
+
+@pytest.fixture(autouse=True)
+def _planted():
+    load_model_file("tests/fixtures/planted_models.py")
+
+
+def test_measure_returns_samples_and_summary() -> None:
+    w = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    rec = torchgauge.measure(w, repeat=7, warmup=2)
+    t = rec.metrics["time_ms"]
+    assert rec.status == "ok" and rec.domain == "other" and rec.batch_size == 2
+    assert len(t["samples"]) == 7 and len(t["warmup_samples"]) == 2
+    assert t["median"] == sorted(t["samples"])[3]
+    assert t["min"] == min(t["samples"]) and t["max"] == max(t["samples"]) and t["iqr"] >= 0
+    assert rec.metrics["cpu_peak_mb"] > 0 and "cpu_delta_mb" in rec.metrics
+    assert rec.config.repeat == 7 and rec.config.mode == "eval"
+    assert rec.to_dict()["metrics"]["time_ms"]["samples"] == t["samples"]
+
+
+def test_unknown_metric_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown metric 'bogus'; accepted: time, memory"):
+        validate_metrics(("time", "bogus"))
+    assert validate_metrics(("time", "time", "memory")) == ("time", "memory")
+
+
+def test_extra_metric_runs_after_timing_and_sees_it() -> None:
+    seen = {}
+
+    @register_metric("planted_probe_metric", "test-only metric")
+    def probe(workload, config, measured):
+        seen.update(measured)
+        return {"probe": workload.name}
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_metric("planted_probe_metric", "again")(probe)
+    w = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    rec = torchgauge.measure(w, repeat=2, warmup=0, metrics=("time", "planted_probe_metric"))
+    assert rec.metrics["probe"] == "planted_ok" and "time_ms" in seen and "cpu_peak_mb" not in rec.metrics

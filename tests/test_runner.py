@@ -1,0 +1,111 @@
+"""Runner: planted misbehaving models become statuses while other results survive."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from torchgauge.registry import load_model_file
+from torchgauge.results.schema import RunConfig
+from torchgauge.runner import RunnerOptions, classify_exception, execute, run_suite
+from torchgauge.suite import run_and_save
+from torchgauge.workload import UnsupportedError
+
+PLANTED = str(Path("tests/fixtures/planted_models.py").resolve())
+# Generous for a loaded 2-core CI machine, short enough to keep the test quick.
+TIMEOUT_S = 20.0
+MEMORY_LIMIT_MB = 1500.0
+
+
+def _cfg(name: str, mode: str = "train") -> RunConfig:
+    return RunConfig(name, mode=mode, size="smoke", repeat=3, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def suite_records():
+    names = ["planted_ok", "planted_raises", "planted_hangs", "planted_exits", "planted_allocates",
+             "planted_unsupported", "planted_huge_alloc", "planted_eval_only", "planted_ok"]
+    streamed = []
+    opts = RunnerOptions(timeout_s=TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, model_files=(PLANTED,))
+    records = run_suite([_cfg(n) for n in names], opts, on_result=streamed.append)
+    return names, records, streamed
+
+
+def test_every_misbehaviour_becomes_its_status(suite_records) -> None:
+    names, records, _ = suite_records
+    status = [r.status for r in records]
+    assert status == ["ok", "error", "timeout", "error", "oom", "unsupported", "oom", "unsupported", "ok"]
+    by_name = dict(zip(names, records))
+    assert "planted failure in the builder" in by_name["planted_raises"].error
+    assert "timed out after" in by_name["planted_hangs"].error
+    assert "exited with code 3" in by_name["planted_exits"].error
+    assert "memory limit" in by_name["planted_allocates"].error
+    assert "needs hardware" in by_name["planted_unsupported"].error
+
+
+def test_good_runs_survive_and_stream_in_order(suite_records) -> None:
+    names, records, streamed = suite_records
+    assert streamed == records
+    for rec in (records[0], records[-1]):
+        assert len(rec.metrics["time_ms"]["samples"]) == 3 and rec.domain == "other" and rec.wall_s > 0
+
+
+def test_unknown_model_is_an_error_without_a_worker() -> None:
+    (rec,) = run_suite([_cfg("no_such_model_xyz")], RunnerOptions(timeout_s=5))
+    assert rec.status == "error" and "unknown model" in rec.error
+
+
+def test_cuda_request_without_cuda_is_skipped() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    load_model_file(PLANTED)
+    (rec,) = run_suite([RunConfig("planted_ok", device="cuda", size="smoke")], RunnerOptions(model_files=(PLANTED,)))
+    assert rec.status == "skipped" and "no CUDA device" in rec.error
+
+
+def test_in_process_execution_classifies_too() -> None:
+    load_model_file(PLANTED)
+    assert execute(_cfg("planted_raises")).status == "error"
+    assert execute(_cfg("planted_unsupported")).status == "unsupported"
+    assert execute(_cfg("planted_ok")).status == "ok"
+
+
+def test_classify_exception() -> None:
+    import torch
+
+    assert classify_exception(UnsupportedError("x")) == "unsupported"
+    assert classify_exception(MemoryError()) == "oom"
+    assert classify_exception(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert classify_exception(RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory")) == "oom"
+    assert classify_exception(RuntimeError("shape mismatch")) == "error"
+
+
+def test_interrupt_keeps_finished_runs_on_disk(tmp_path) -> None:
+    out = tmp_path / "r.json"
+    seen = []
+
+    def stop_after_first(record):
+        seen.append(record)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_and_save([_cfg("planted_ok"), _cfg("planted_ok", "eval")], RunnerOptions(model_files=(PLANTED,)), out,
+                     env={"test": True}, on_result=stop_after_first)
+    doc = json.loads(out.read_text())
+    assert len(doc["runs"]) == 1 and doc["runs"][0]["status"] == "ok" and doc["env"] == {"test": True}
+
+
+def test_worker_killed_by_signal_is_reported(tmp_path) -> None:
+    plant = tmp_path / "segv.py"
+    plant.write_text(
+        "import os, signal\nfrom torchgauge import register_model\n"
+        "@register_model(domain='other', task='t', source='s', batch_size=1)\n"
+        "def planted_segfault(ctx):\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    (rec,) = run_suite([_cfg("planted_segfault")], RunnerOptions(timeout_s=TIMEOUT_S, model_files=(str(plant),)))
+    assert rec.status == "error" and signal.Signals.SIGSEGV.name in rec.error

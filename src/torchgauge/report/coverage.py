@@ -144,13 +144,9 @@ def _by_domain(entries: Iterable[ModelCoverage]) -> dict[str, list[ModelCoverage
 
 def write_domain_chart(per_domain: dict[str, dict[str, int]], path: str) -> str:
     """Grouped bar chart (APIs and ops per domain) to ``path`` (.png or .svg); returns the path."""
-    try:
-        import matplotlib
+    from .plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("charts need matplotlib: pip install matplotlib (or torchgauge[plot])") from None
+    plt = pyplot()
     domains = list(per_domain)
     xs = range(len(domains))
     width = 0.4

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, UnsupportedError, Workload
 
-from .compact_resnet import group_norm, resnet
+from ..vision.resnet import group_norm, resnet
 
 __all__ = ["per_sample_gradients", "privatize_gradients"]
 
@@ -105,7 +105,7 @@ def _noise_generator(ctx: BuildContext) -> torch.Generator:
 
 def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float = 1.0, max_grad_norm: float = 1.0,
                       lr: float = 1e-3) -> Workload:
-    model = resnet(18, num_classes=_NUM_CLASSES, norm=group_norm)
+    model = resnet(18, num_classes=_NUM_CLASSES, norm_layer=group_norm)
     images = ctx.randn(ctx.batch_size, 3, _IMAGE_SIZE, _IMAGE_SIZE)
     labels = ctx.randint(0, _NUM_CLASSES, (ctx.batch_size,))
     if engine == "functorch":

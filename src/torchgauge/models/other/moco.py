@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .compact_resnet import resnet
+from ..vision.resnet import resnet
 
 __all__ = ["MoCo"]
 
@@ -43,7 +43,8 @@ class MoCoConfig:
 def _encoder(cfg: MoCoConfig) -> nn.Module:
     net = resnet(cfg.depth, num_classes=cfg.dim)
     if cfg.mlp:  # v2: fc -> Linear(C, C), ReLU, fc
-        net.fc = nn.Sequential(nn.Linear(net.feature_dim, net.feature_dim), nn.ReLU(inplace=True), net.fc)
+        fc = net.head.fc
+        net.head.fc = nn.Sequential(nn.Linear(fc.in_features, fc.in_features), nn.ReLU(inplace=True), fc)
     return net
 
 

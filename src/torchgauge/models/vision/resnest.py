@@ -8,6 +8,8 @@ whose stride moves to a 3x3 average pool after it.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -59,9 +61,10 @@ class ResNestBottleneck(Bottleneck):
         downsample: nn.Module | None = None,
         groups: int = 1,
         base_width: int = 64,
+        norm_layer: Callable[[int], nn.Module] = nn.BatchNorm2d,
         radix: int = 2,
     ) -> None:
-        super().__init__(in_ch, planes, 1, downsample, groups, base_width)
+        super().__init__(in_ch, planes, 1, downsample, groups, base_width, norm_layer=norm_layer)
         width = self.conv1.out_channels
         # "avd": the stride is taken by an average pool after the split-attention conv.
         avd = nn.AvgPool2d(3, stride, 1) if stride > 1 else nn.Identity()

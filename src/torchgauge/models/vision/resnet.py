@@ -4,7 +4,9 @@ Xie et al., "Aggregated Residual Transformations for Deep Neural Networks", 2017
 Layers, names and initialisation follow torchvision's ``models/resnet.py`` (BSD-3-Clause):
 stride on the 3x3 conv of the bottleneck (ResNet v1.5), no zero-init of the last BN. The
 class also takes timm's ``deep`` stem and average-pool shortcut (ResNet-D, Apache-2.0) so
-that ResNeSt (``resnest.py``) can reuse it with its own block.
+that ResNeSt (``resnest.py``) can reuse it with its own block. The norm layer is pluggable
+(torchvision's ``norm_layer``): the differential-privacy models use GroupNorm, because
+per-sample gradients forbid BatchNorm's batch statistics.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from torchgauge.workload import BuildContext, Workload, image_classification
 
 from .conv_blocks import ClassifierHead, init_conv_weights
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet"]
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "group_norm", "resnet"]
+
+NormLayer = Callable[[int], nn.Module]
+
+
+def group_norm(channels: int) -> nn.Module:
+    """GroupNorm with min(32, C) groups: Opacus' replacement for BatchNorm."""
+    return nn.GroupNorm(min(32, channels), channels)
 
 
 class BasicBlock(nn.Module):
@@ -35,15 +44,16 @@ class BasicBlock(nn.Module):
         downsample: nn.Module | None = None,
         groups: int = 1,
         base_width: int = 64,
+        norm_layer: NormLayer = nn.BatchNorm2d,
     ) -> None:
         super().__init__()
         if groups != 1 or base_width != 64:
             raise ValueError("BasicBlock supports only groups=1 and base_width=64")
         self.conv1 = nn.Conv2d(in_ch, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
+        self.bn1 = norm_layer(planes)
         self.act1 = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
+        self.bn2 = norm_layer(planes)
         self.downsample = downsample
         self.act2 = nn.ReLU(inplace=True)
 
@@ -67,17 +77,18 @@ class Bottleneck(nn.Module):
         downsample: nn.Module | None = None,
         groups: int = 1,
         base_width: int = 64,
+        norm_layer: NormLayer = nn.BatchNorm2d,
     ) -> None:
         super().__init__()
         width = int(planes * base_width / 64) * groups  # ResNeXt-50 32x4d: 128 at planes=64
         self.conv1 = nn.Conv2d(in_ch, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = norm_layer(width)
         self.act1 = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = norm_layer(width)
         self.act2 = nn.ReLU(inplace=True)
         self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.bn3 = norm_layer(planes * self.expansion)
         self.downsample = downsample
         self.act3 = nn.ReLU(inplace=True)
 
@@ -98,6 +109,7 @@ class ResNet(nn.Module):
         groups, width_per_group: ResNeXt cardinality and bottleneck width.
         stem_width: 0 for the 7x7 stem; otherwise three 3x3 convs (stem_width, stem_width, 64).
         avg_down: shortcut downsamples with 2x2 average pooling before its 1x1 conv.
+        norm_layer: ``channels -> module`` for every norm (BatchNorm2d; GroupNorm for DP).
     """
 
     def __init__(
@@ -110,23 +122,25 @@ class ResNet(nn.Module):
         width_per_group: int = 64,
         stem_width: int = 0,
         avg_down: bool = False,
+        norm_layer: NormLayer = nn.BatchNorm2d,
     ) -> None:
         super().__init__()
         self.in_ch = 64
         self.groups, self.base_width, self.avg_down = groups, width_per_group, avg_down
+        self.norm_layer = norm_layer
         if stem_width:
             self.conv1 = nn.Sequential(
                 nn.Conv2d(3, stem_width, 3, 2, 1, bias=False),
-                nn.BatchNorm2d(stem_width),
+                norm_layer(stem_width),
                 nn.ReLU(inplace=True),
                 nn.Conv2d(stem_width, stem_width, 3, 1, 1, bias=False),
-                nn.BatchNorm2d(stem_width),
+                norm_layer(stem_width),
                 nn.ReLU(inplace=True),
                 nn.Conv2d(stem_width, self.in_ch, 3, 1, 1, bias=False),
             )
         else:
             self.conv1 = nn.Conv2d(3, self.in_ch, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(self.in_ch)
+        self.bn1 = norm_layer(self.in_ch)
         self.act1 = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)  # (B, 64, H/4, W/4)
         self.layer1 = self._make_layer(block, 64, layers[0], stride=1)  # (B, 64e, H/4, W/4)
@@ -144,11 +158,12 @@ class ResNet(nn.Module):
             if self.avg_down and stride != 1:
                 shortcut.append(nn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False))
             conv_stride = 1 if self.avg_down else stride
-            shortcut += [nn.Conv2d(self.in_ch, out_ch, 1, conv_stride, bias=False), nn.BatchNorm2d(out_ch)]
+            shortcut += [nn.Conv2d(self.in_ch, out_ch, 1, conv_stride, bias=False), self.norm_layer(out_ch)]
             downsample = nn.Sequential(*shortcut)
-        layers = [block(self.in_ch, planes, stride, downsample, self.groups, self.base_width)]
+        norm = self.norm_layer
+        layers = [block(self.in_ch, planes, stride, downsample, self.groups, self.base_width, norm_layer=norm)]
         self.in_ch = out_ch
-        layers += [block(out_ch, planes, 1, None, self.groups, self.base_width) for _ in range(1, blocks)]
+        layers += [block(out_ch, planes, 1, None, self.groups, self.base_width, norm_layer=norm) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -157,8 +172,31 @@ class ResNet(nn.Module):
         return self.head(x)  # (B, num_classes)
 
 
-def _create_resnet(ctx: BuildContext, block: Callable[..., nn.Module], layers: tuple[int, ...], **kwargs) -> Workload:
-    model = ResNet(block, layers, **kwargs)
+# depth -> (block, blocks per stage), torchvision's layouts
+RESNET_LAYOUTS: dict[int, tuple[type[nn.Module], tuple[int, ...]]] = {
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+    152: (Bottleneck, (3, 8, 36, 3)),
+}
+
+
+def resnet(depth: int, **kwargs) -> ResNet:
+    """ResNet-``depth`` in torchvision's layout; ``kwargs`` go to :class:`ResNet`.
+
+    Example:
+        >>> sum(p.numel() for p in resnet(50).parameters())
+        25557032
+    """
+    if depth not in RESNET_LAYOUTS:
+        raise ValueError(f"unsupported ResNet depth {depth}; accepted: {', '.join(map(str, RESNET_LAYOUTS))}")
+    block, layers = RESNET_LAYOUTS[depth]
+    return ResNet(block, layers, **kwargs)
+
+
+def _create_resnet(ctx: BuildContext, depth: int, **kwargs) -> Workload:
+    model = resnet(depth, **kwargs)
     # Output stride 32: 32 px reaches 1x1 in layer4 at smoke size.
     return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)
 
@@ -169,7 +207,7 @@ _SOURCE = "He et al., Deep Residual Learning for Image Recognition, 2015; torchv
 @register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(16, 8), param_count=11_689_512)
 def resnet18(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-18 at 224x224."""
-    return _create_resnet(ctx, BasicBlock, (2, 2, 2, 2), **kwargs)
+    return _create_resnet(ctx, 18, **kwargs)
 
 
 @register_model(
@@ -178,13 +216,13 @@ def resnet18(ctx: BuildContext, **kwargs) -> Workload:
 )  # fmt: skip
 def resnet50(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-50 v1.5 at 224x224 (the MLPerf image-classification model)."""
-    return _create_resnet(ctx, Bottleneck, (3, 4, 6, 3), **kwargs)
+    return _create_resnet(ctx, 50, **kwargs)
 
 
 @register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=60_192_808)
 def resnet152(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-152 at 224x224."""
-    return _create_resnet(ctx, Bottleneck, (3, 8, 36, 3), **kwargs)
+    return _create_resnet(ctx, 152, **kwargs)
 
 
 @register_model(
@@ -193,4 +231,4 @@ def resnet152(ctx: BuildContext, **kwargs) -> Workload:
 )  # fmt: skip
 def resnext50_32x4d(ctx: BuildContext, **kwargs) -> Workload:
     """ResNeXt-50 with 32 groups of width 4 at 224x224."""
-    return _create_resnet(ctx, Bottleneck, (3, 4, 6, 3), **{"groups": 32, "width_per_group": 4, **kwargs})
+    return _create_resnet(ctx, 50, **{"groups": 32, "width_per_group": 4, **kwargs})

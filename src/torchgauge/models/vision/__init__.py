@@ -1,6 +1,7 @@
 """Vision models: classification families here; detection and generation in subpackages."""
 
 from . import detection, generation  # noqa: F401  (registers models)
+from . import ocr  # noqa: F401  (registers models)
 from . import (  # noqa: F401  (registers models)
     alexnet,
     cifar_resnet,

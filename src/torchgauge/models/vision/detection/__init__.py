@@ -14,3 +14,7 @@ Inference output format (every box detector here)::
 """
 
 from . import rcnn  # noqa: F401  (registers models)
+from . import efficientdet  # noqa: F401  (registers models)
+from . import fcos  # noqa: F401  (registers models)
+from . import retinanet  # noqa: F401  (registers models)
+from . import yolov3  # noqa: F401  (registers models)

@@ -13,17 +13,20 @@ import math
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
     "AnchorGenerator",
     "BoxCoder",
+    "LinearBoxCoder",
     "Matcher",
     "anchor_shapes",
     "batched_nms",
     "box_area",
     "box_iou",
     "clip_boxes",
+    "generalized_box_iou",
     "nms",
     "nonempty_boxes",
     "sample_labels",
@@ -279,3 +282,54 @@ def sample_labels(labels: Tensor, num_samples: int, positive_fraction: float, ba
     positive = positive[torch.randperm(positive.numel(), device=labels.device)[:num_pos]]
     negative = negative[torch.randperm(negative.numel(), device=labels.device)[:num_neg]]
     return positive, negative
+
+
+# -- appended for the one-stage detectors (RetinaNet, FCOS, EfficientDet) ------------------------
+def generalized_box_iou(boxes1: Tensor, boxes2: Tensor, pairwise: bool = True) -> Tensor:
+    """Generalized IoU (Rezatofighi et al., 2019): ``IoU - (hull - union) / hull``, in [-1, 1].
+
+    ``hull`` is the area of the smallest box enclosing both. ``pairwise=True`` gives ``(N, M)``
+    for every pair; ``pairwise=False`` gives ``(N,)`` for matching rows of two ``(N, 4)`` inputs
+    (what a box loss needs). Boxes must be non-degenerate (positive area).
+    """
+    if pairwise:
+        boxes1, boxes2 = boxes1[:, None, :], boxes2[None, :, :]  # broadcast to (N, M, 4)
+    elif boxes1.shape != boxes2.shape:
+        raise ValueError(f"paired GIoU needs equal shapes, got {tuple(boxes1.shape)} and {tuple(boxes2.shape)}")
+    area1 = (boxes1[..., 2] - boxes1[..., 0]) * (boxes1[..., 3] - boxes1[..., 1])
+    area2 = (boxes2[..., 2] - boxes2[..., 0]) * (boxes2[..., 3] - boxes2[..., 1])
+    inter_wh = (torch.min(boxes1[..., 2:], boxes2[..., 2:]) - torch.max(boxes1[..., :2], boxes2[..., :2])).clamp(min=0)
+    inter = inter_wh[..., 0] * inter_wh[..., 1]
+    union = area1 + area2 - inter
+    hull_wh = torch.max(boxes1[..., 2:], boxes2[..., 2:]) - torch.min(boxes1[..., :2], boxes2[..., :2])
+    hull = hull_wh[..., 0] * hull_wh[..., 1]
+    return inter / union - (hull - union) / hull
+
+
+class LinearBoxCoder:
+    """FCOS box parameterisation: distances ``(l, t, r, b)`` from a reference point to the box sides.
+
+    The point is the centre of a reference box (an "anchor" of side ``stride``); with
+    ``normalize_by_size`` the distances are in units of that side (Detectron2's
+    ``Box2BoxTransformLinear(normalize_by_size=True)``). Decoding applies ReLU, so a box
+    never has negative extent.
+    """
+
+    def __init__(self, normalize_by_size: bool = True):
+        self.normalize_by_size = normalize_by_size
+
+    def _centres_and_sizes(self, reference: Tensor) -> tuple[Tensor, Tensor]:
+        centres = 0.5 * (reference[:, :2] + reference[:, 2:])  # (N, 2)
+        sizes = (reference[:, 2:] - reference[:, :2]) if self.normalize_by_size else torch.ones_like(centres)
+        return centres, sizes
+
+    def encode(self, reference: Tensor, target: Tensor) -> Tensor:
+        """Distances ``(N, 4)`` from the centres of ``reference`` to the sides of ``target`` (both ``(N, 4)``)."""
+        centres, sizes = self._centres_and_sizes(reference)
+        return torch.cat((centres - target[:, :2], target[:, 2:] - centres), dim=1) / sizes.repeat(1, 2)
+
+    def decode(self, deltas: Tensor, reference: Tensor) -> Tensor:
+        """Boxes ``(N, 4)`` from distances ``(N, 4)`` around the centres of ``reference``."""
+        centres, sizes = self._centres_and_sizes(reference.to(deltas.dtype))
+        distances = F.relu(deltas) * sizes.repeat(1, 2)
+        return torch.cat((centres - distances[:, :2], centres + distances[:, 2:]), dim=1)

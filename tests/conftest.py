@@ -14,9 +14,15 @@ def pytest_collection_modifyitems(config, items):
     except ImportError:  # pragma: no cover
         has_cuda = False
     skip_cuda = pytest.mark.skip(reason="needs a CUDA device")
+    # Tests whose verdict rests on wall-clock timing are benchmarks: shared machines are too
+    # noisy to gate CI on them. Run them on a quiet machine with TORCHGAUGE_TIMING_TESTS=1.
+    run_timing = os.environ.get("TORCHGAUGE_TIMING_TESTS") == "1"
+    skip_timing = pytest.mark.skip(reason="asserts on wall-clock timing; set TORCHGAUGE_TIMING_TESTS=1 to run")
     for item in items:
         if "cuda" in item.keywords and not has_cuda:
             item.add_marker(skip_cuda)
+        if "timing" in item.keywords and not run_timing:
+            item.add_marker(skip_timing)
 
 
 def pytest_sessionstart(session):

@@ -109,3 +109,18 @@ def test_worker_killed_by_signal_is_reported(tmp_path) -> None:
     )
     (rec,) = run_suite([_cfg("planted_segfault")], RunnerOptions(timeout_s=TIMEOUT_S, model_files=(str(plant),)))
     assert rec.status == "error" and signal.Signals.SIGSEGV.name in rec.error
+
+
+def test_parallel_jobs_keep_statuses_and_config_order() -> None:
+    names = ["planted_ok", "planted_raises", "planted_exits", "planted_eval_only", "planted_ok"]
+    streamed = []
+    opts = RunnerOptions(timeout_s=TIMEOUT_S, model_files=(PLANTED,), jobs=3)
+    records = run_suite([_cfg(n) for n in names], opts, on_result=streamed.append)
+    assert [r.config.model for r in records] == names
+    assert [r.status for r in records] == ["ok", "error", "error", "unsupported", "ok"]
+    assert sorted(id(r) for r in streamed) == sorted(id(r) for r in records)  # each reported once
+
+
+def test_jobs_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        run_suite([_cfg("planted_ok")], RunnerOptions(jobs=0))

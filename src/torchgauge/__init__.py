@@ -27,7 +27,7 @@ _EXPORTS = {
     "UnsupportedError": "torchgauge.workload",
     "image_classification": "torchgauge.workload",
     "language_modeling": "torchgauge.workload",
-    "measure": "torchgauge.measure",
+    "measure": "torchgauge.measurement",
     "RunRecord": "torchgauge.results.schema",
 }
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from . import configure, measure, registry  # noqa: F401
+from . import configure, measurement, registry  # noqa: F401
 from .registry import list_models
 
 list_models()  # imports every built-in model family and entry-point plugin

@@ -1,34 +1,61 @@
-"""Apply a run configuration's precision and backend to a freshly built workload.
+"""Apply a run configuration's precision, memory format and backend to a fresh workload.
 
-Precision and backend registries live in :mod:`torchgauge.backends` and
-:mod:`torchgauge.precision` once those exist; the foundation knows fp32 + eager.
+The names come from the registries in :mod:`torchgauge.precision` and
+:mod:`torchgauge.backends`; ``RunConfig.options`` carries the extras:
+
+- ``channels_last`` (bool): channels-last memory format for convolutional models.
+- ``compile_mode`` (``default`` | ``reduce-overhead`` | ``max-autotune``) and ``dynamic``
+  (bool or unset): passed to ``torch.compile`` by the dynamo backends.
+- ``accuracy`` (bool): read by the runner, which checks the run against an eager fp64
+  reference after measuring (:mod:`torchgauge.accuracy`).
+
+Order matters: precision first (the cast), then the memory format, then the backend, so
+that the compiler sees the final dtypes and layouts.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .workload import UnsupportedError
+from .backends import COMPILE_MODES, apply_backend, list_backends
+from .precision import apply_channels_last, apply_precision, list_precisions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .results.schema import RunConfig
     from .workload import Workload
 
-__all__ = ["apply_config", "PRECISIONS", "BACKENDS"]
+__all__ = ["apply_config", "build_workload", "PRECISIONS", "BACKENDS", "COMPILE_MODES"]
 
-PRECISIONS = ("fp32",)
-BACKENDS = ("eager",)
+PRECISIONS = tuple(list_precisions())
+BACKENDS = tuple(list_backends())
 
 
 def apply_config(workload: "Workload", config: "RunConfig") -> "Workload":
-    """Configure precision and backend in place; raise UnsupportedError for what cannot run."""
-    import torch
+    """Configure precision, channels-last and backend in place.
 
-    if config.precision != "fp32":
-        raise UnsupportedError(f"precision {config.precision!r} is not available; accepted: {', '.join(PRECISIONS)}")
-    if config.backend != "eager":
-        raise UnsupportedError(f"backend {config.backend!r} is not available; accepted: {', '.join(BACKENDS)}")
-    # fp32 means true fp32: TF32 off for matmul and cuDNN convolutions.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    Raises:
+        ValueError: an unknown precision, backend or option value (names what is accepted).
+        UnsupportedError: the model or device cannot run this configuration.
+    """
+    options = config.options
+    apply_precision(workload, config.precision)
+    if options.get("channels_last"):
+        apply_channels_last(workload)
+    apply_backend(workload, config.backend, options, warmup=config.warmup)
     return workload
+
+
+def build_workload(config: "RunConfig") -> "Workload":
+    """A fresh workload for ``config``'s model, mode, device, size, batch size, seed and model
+    arguments, not yet configured (see :func:`apply_config`)."""
+    from .registry import create
+
+    return create(
+        config.model,
+        mode=config.mode,
+        device=config.device,
+        batch_size=config.batch_size,
+        size=config.size,
+        seed=config.seed,
+        **config.model_kwargs,
+    )

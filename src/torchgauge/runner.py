@@ -63,6 +63,9 @@ class RunnerOptions:
     model_files: tuple[str, ...] = ()  # user files registering models, loaded in each worker
     isolate: bool = True  # False: run in this process (debugging; no timeout or crash safety)
     log_dir: str | None = None  # keep each worker's stdout/stderr here (default: temp, deleted)
+    # Workers at once. Keep 1 for timing (parallel runs disturb each other's samples); more
+    # is for coverage recording and smoke checks, where only the outcome matters.
+    jobs: int = 1
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -114,25 +117,19 @@ def _precheck(config: RunConfig) -> RunRecord | None:
 
 def execute(config: RunConfig) -> RunRecord:
     """Build, configure and measure one run in this process; exceptions become statuses."""
-    from .configure import apply_config
-    from .measure import measure
-    from .registry import create, get_spec
+    from .configure import apply_config, build_workload
+    from .measurement import measure
+    from .registry import get_spec
 
     domain = ""
     try:
         domain = get_spec(config.model).domain
-        workload = create(
-            config.model,
-            mode=config.mode,
-            device=config.device,
-            batch_size=config.batch_size,
-            size=config.size,
-            seed=config.seed,
-            **config.model_kwargs,
-        )
-        apply_config(workload, config)
+        workload = apply_config(build_workload(config), config)
         record = measure(workload, config=config)
         record.domain = domain
+        if config.options.get("accuracy"):
+            del workload  # the check builds fresh workloads from the seed; free this one first
+            _add_accuracy(record)
         return record
     except Exception as exc:  # a failing model never takes the suite down
         status = classify_exception(exc)
@@ -141,6 +138,23 @@ def execute(config: RunConfig) -> RunRecord:
         else:
             error = _tail(traceback.format_exc())
         return RunRecord(config, status, domain=domain, error=error)
+
+
+def _add_accuracy(record: RunRecord) -> None:
+    """Run the --accuracy check in its own pass; a failed check sets the run's status."""
+    from .accuracy import check_accuracy
+
+    try:
+        accuracy = check_accuracy(record.config)
+    except Exception as exc:  # the timing stands; say why it could not be judged
+        # The first line: dispatcher errors end in a long list of registered kernels.
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        record.error = f"accuracy check could not run: {type(exc).__name__}: {first}"
+        return
+    record.metrics["accuracy"] = accuracy
+    if accuracy["status"] != "pass":  # fail_accuracy or eager_nondeterministic
+        record.status = accuracy["status"]
+        record.error = accuracy.get("reason")
 
 
 def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str) -> None:
@@ -216,40 +230,42 @@ class _Worker:
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
+        self.deadline = time.monotonic() + options.timeout_s
 
     def _kill(self) -> None:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(EXIT_GRACE_S)
 
-    def wait(self) -> RunRecord:
+    def poll(self, timeout_s: float = 0.0) -> RunRecord | None:
+        """The run's record once it has ended (result, crash, OOM or timeout); None while it runs."""
         from .harness.memory import pid_rss_mb
 
         cfg, opts = self.config, self.options
-        deadline = time.monotonic() + opts.timeout_s
-        peak_rss = 0.0
-        while True:
-            if self.recv.poll(POLL_INTERVAL_S):
-                try:
-                    doc = self.recv.recv()
-                except EOFError:  # died without a result
-                    break
-                self.proc.join(EXIT_GRACE_S)
-                if self.proc.is_alive():
-                    self._kill()
-                return RunRecord.from_dict(doc)
-            if not self.proc.is_alive() and not self.recv.poll(0):
-                break
-            if opts.memory_limit_mb is not None:
-                rss = pid_rss_mb(self.proc.pid) or 0.0
-                peak_rss = max(peak_rss, rss)
-                if rss > opts.memory_limit_mb:
-                    self._kill()
-                    return RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)")
-            if time.monotonic() > deadline:
+        if self.recv.poll(timeout_s):
+            try:
+                doc = self.recv.recv()
+            except EOFError:  # died without a result
+                return self._died()
+            self.proc.join(EXIT_GRACE_S)
+            if self.proc.is_alive():
                 self._kill()
-                log = _tail(_read_log(self.log_path), 5)
-                return RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+            return RunRecord.from_dict(doc)
+        if not self.proc.is_alive() and not self.recv.poll(0):
+            return self._died()
+        if opts.memory_limit_mb is not None:
+            rss = pid_rss_mb(self.proc.pid) or 0.0
+            if rss > opts.memory_limit_mb:
+                self._kill()
+                return RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)")
+        if time.monotonic() > self.deadline:
+            self._kill()
+            log = _tail(_read_log(self.log_path), 5)
+            return RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+        return None
+
+    def _died(self) -> RunRecord:
+        cfg = self.config
         self.proc.join(EXIT_GRACE_S)
         code = self.proc.exitcode
         log = _tail(_read_log(self.log_path))
@@ -276,43 +292,64 @@ def run_suite(
     on_result: Callable[[RunRecord], None] | None = None,
     on_start: Callable[[RunConfig], None] | None = None,
 ) -> list[RunRecord]:
-    """Run every config, each isolated in a worker; returns the records in order.
+    """Run every config, each isolated in a worker; returns the records in config order.
 
-    ``on_result`` is called with each record as soon as its run ends; a KeyboardInterrupt
-    kills the running worker and propagates after everything finished was reported.
+    ``on_result`` is called with each record as soon as its run ends (with ``options.jobs``
+    > 1, in the order runs finish); a KeyboardInterrupt kills the running workers and
+    propagates after everything finished was reported.
     """
     from .registry import load_model_file
 
     for path in options.model_files:  # the parent needs their specs for the pre-checks
         load_model_file(path)
-    records: list[RunRecord] = []
+    if options.jobs < 1:
+        raise ValueError(f"jobs must be >= 1; got {options.jobs}")
+    done: dict[int, RunRecord] = {}
     mp_ctx = _mp_context(options) if options.isolate else None
-    with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
-        log_dir = Path(options.log_dir or tmp)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for index, config in enumerate(configs):
-            if on_start:
-                on_start(config)
-            t0 = time.perf_counter()
-            record = _precheck(config)
-            if record is None:
-                if options.isolate:
+
+    def finish(index: int, config: RunConfig, record: RunRecord, t0: float) -> None:
+        if not record.domain:
+            record.domain = _domain_of(config.model)
+        record.wall_s = round(time.perf_counter() - t0, 3)
+        done[index] = record
+        if on_result:
+            on_result(record)
+
+    running: dict[int, tuple[RunConfig, _Worker, float]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
+            log_dir = Path(options.log_dir or tmp)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            pending = iter(enumerate(configs))
+            exhausted = False
+            while not exhausted or running:
+                while not exhausted and len(running) < options.jobs:
+                    item = next(pending, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    index, config = item
+                    if on_start:
+                        on_start(config)
+                    t0 = time.perf_counter()
+                    record = _precheck(config)
+                    if record is None and not options.isolate:
+                        record = execute(config)
+                    if record is not None:
+                        finish(index, config, record, t0)
+                        continue
                     log_path = str(log_dir / f"{index:04d}-{config.model}-{config.mode}.log")
-                    worker = _Worker(mp_ctx, config, options, log_path)
-                    try:
-                        record = worker.wait()
-                    except BaseException:
-                        worker._kill()
-                        raise
-                else:
-                    record = execute(config)
-            if not record.domain:
-                record.domain = _domain_of(config.model)
-            record.wall_s = round(time.perf_counter() - t0, 3)
-            records.append(record)
-            if on_result:
-                on_result(record)
-    return records
+                    running[index] = (config, _Worker(mp_ctx, config, options, log_path), t0)
+                for index, (config, worker, t0) in list(running.items()):
+                    record = worker.poll(POLL_INTERVAL_S / len(running))
+                    if record is not None:
+                        del running[index]
+                        finish(index, config, record, t0)
+    except BaseException:
+        for _, worker, _ in running.values():
+            worker._kill()
+        raise
+    return [done[i] for i in sorted(done)]
 
 
 def _domain_of(name: str) -> str:

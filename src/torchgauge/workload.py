@@ -144,6 +144,8 @@ class Workload:
         loss_fn: ``loss_fn(outputs, targets) -> scalar``.
         autocast: a zero-argument context-manager factory wrapped around forward and loss
             only; precision configuration replaces it (AMP).
+        grad_scaler: loss scaler for fp16 AMP training (None otherwise); ``train_step``
+            scales the loss and unscales before the optimizer step when it is set.
     """
 
     # How eval runs: "inference" (default), "no_grad" for models that break under
@@ -169,6 +171,8 @@ class Workload:
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+        # Set by fp16 AMP training (torchgauge.precision): train_step scales the loss.
+        self.grad_scaler: torch.amp.GradScaler | None = None
 
     # -- configuration read-outs -----------------------------------------------------------
     @property
@@ -205,8 +209,13 @@ class Workload:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             loss = self.compute_loss(self.forward())
-        loss.backward()
-        self.optimizer.step()
+        if self.grad_scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.grad_scaler.scale(loss).backward()
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
         return loss.detach()
 
     def eval_step(self) -> Any:

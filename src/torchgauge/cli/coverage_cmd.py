@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
-
-def _fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    text = value.strip()
-    try:
-        frac = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        frac = -1.0
-    if not 0 < frac <= 1:
-        raise click.BadParameter(f"{value!r}; accepted: a fraction in (0, 1] or a percentage such as 90%")
-    return frac
+from .params import fraction, selected_models
 
 
 @click.command("coverage")
@@ -25,34 +17,29 @@ def _fraction(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="smoke", show_default=True)
 @click.option("--against", "against_tag", default="mlperf", show_default=True,
               help="Compare the suite with the models carrying this tag.")
-@click.option("--target", default="90%", show_default=True, callback=_fraction,
+@click.option("--target", default="90%", show_default=True, callback=fraction,
               help="Coverage the suggested CI subset must reach.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the full JSON here.")
 @click.option("--chart", type=click.Path(dir_okay=False), default=None, help="Per-domain bar chart (.png or .svg).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per model and mode.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=min(4, os.cpu_count() or 1), show_default=True,
+              help="Models recorded at once (coverage does not time anything, so parallel runs are safe).")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--exclude", multiple=True, help="fnmatch pattern of models to leave out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
 @click.option("--quiet", "-q", is_flag=True)
-def coverage_command(*, patterns, mode, size, against_tag, target, output, chart, timeout, model_files, exclude,
+def coverage_command(*, patterns, mode, size, against_tag, target, output, chart, timeout, jobs, model_files, exclude,
                      as_json, quiet) -> None:
     """Record the API and operator coverage of models matching PATTERNS (default: all)."""
     from ..coverage import run_coverage
-    from ..registry import load_model_file
     from ..report.coverage import write_domain_chart
     from ..runner import RunnerOptions
-    from ..suite import SelectionError, select_models
     from .terminal import Terminal
 
     term = Terminal(quiet=quiet)
-    for path in model_files:
-        load_model_file(path)
-    try:
-        models = select_models(patterns, exclude=exclude)
-    except SelectionError as exc:
-        raise click.UsageError(str(exc)) from None
+    models = selected_models(patterns, model_files, exclude=exclude)
     modes = ("train", "eval") if mode == "both" else (mode,)
-    options = RunnerOptions(timeout_s=timeout, model_files=tuple(str(Path(p).resolve()) for p in model_files))
+    options = RunnerOptions(timeout_s=timeout, jobs=jobs, model_files=tuple(str(Path(p).resolve()) for p in model_files))
     with term.progress() as progress:
         task = progress.add_task("coverage", total=len(models) * len(modes), current="")
         result = run_coverage(models, modes, options, size=size, against_tag=against_tag, target=target,

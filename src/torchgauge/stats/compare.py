@@ -51,7 +51,9 @@ __all__ = [
     "judge",
     "mann_whitney_u",
     "median",
+    "min_exact_pvalue",
     "pooled_or_group_medians",
+    "rounds_needed",
     "relative_change",
     "sign_test",
 ]
@@ -266,9 +268,10 @@ class Change:
         return self.alpha is not None
 
     def _decide(self, p_greater: float | None, p_less: float | None) -> "Change":
-        if self.change >= self.threshold and (not self.tested or p_greater <= self.alpha):
+        # ``change > 0`` as well: with threshold 0 ("any change") equal values are not a regression.
+        if self.change >= self.threshold and self.change > 0 and (not self.tested or p_greater <= self.alpha):
             return replace(self, p_value=p_greater, verdict="regression")
-        if self.change <= -self.threshold and (not self.tested or p_less <= self.alpha):
+        if self.change <= -self.threshold and self.change < 0 and (not self.tested or p_less <= self.alpha):
             return replace(self, p_value=p_less, verdict="improvement")
         p = None if not self.tested else (p_greater if self.change >= 0 else p_less)
         return replace(self, p_value=p, verdict="unchanged")
@@ -322,6 +325,8 @@ def compare_values(base: float, new: float, *, threshold: float = DEFAULT_THRESH
         'regression'
     """
     base, new = float(base), float(new)
+    if math.isnan(base) or math.isnan(new):
+        raise ValueError("compare_values needs two numbers, got NaN")
     return Change(base=base, new=new, change=relative_change(base, new), threshold=threshold, alpha=None)._decide(None, None)
 
 
@@ -367,3 +372,33 @@ def pooled_or_group_medians(groups: Sequence[Sequence[float]], min_groups: int =
     if len(groups) >= min_groups:
         return [median(g) for g in groups]
     return [v for g in groups for v in g]
+
+
+def min_exact_pvalue(m: int, n: int) -> float:
+    """Smallest one-sided exact Mann-Whitney p-value with m and n values: 1 / C(m+n, m).
+
+    Example:
+        >>> min_exact_pvalue(3, 3)  # three processes per side can never reach p < 0.05
+        0.05
+    """
+    return 1.0 / math.comb(m + n, m)
+
+
+def rounds_needed(n_tests: int, alpha: float = DEFAULT_ALPHA, *, margin: float = 4.0, minimum: int = 5) -> int:
+    """Processes per side so that ``n_tests`` corrected tests can reach ``alpha`` with room to spare.
+
+    With k processes per side the best attainable one-sided p is ``1 / C(2k, k)``; a Holm
+    correction over ``n_tests`` multiplies it by up to ``n_tests``. The smallest k (at least
+    ``minimum``) with ``n_tests / C(2k, k) <= alpha / margin`` is returned, so that a real
+    change does not need perfectly separated processes to be confirmed.
+
+    Example:
+        >>> rounds_needed(1, 0.01), rounds_needed(10, 0.01)
+        (6, 8)
+    """
+    if n_tests < 1 or not 0 < alpha < 1:
+        raise ValueError("rounds_needed needs n_tests >= 1 and 0 < alpha < 1")
+    k = max(1, minimum)
+    while n_tests * min_exact_pvalue(k, k) > alpha / margin:
+        k += 1
+    return k

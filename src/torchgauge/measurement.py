@@ -49,6 +49,22 @@ def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
     return out
 
 
+def _collect_extra(name: str, workload: "Workload", config: RunConfig, measured: dict[str, Any]) -> None:
+    """Run one extra metric's pass; a metric that fails or cannot run is noted, never fatal.
+
+    The timings already measured stand: the failure goes to ``metrics["metric_errors"][name]``
+    (``"unsupported: <reason>"`` or ``"<ExceptionType>: <message>"``).
+    """
+    from .workload import UnsupportedError
+
+    try:
+        measured.update(get_metric(name).collect(workload, config, measured))
+    except UnsupportedError as exc:
+        measured.setdefault("metric_errors", {})[name] = f"unsupported: {exc}"
+    except Exception as exc:  # noqa: BLE001 - any failure of an optional pass is reported, not raised
+        measured.setdefault("metric_errors", {})[name] = f"{type(exc).__name__}: {exc}"
+
+
 def config_for(workload: "Workload", repeat: int, warmup: int, metrics: Iterable[str]) -> RunConfig:
     """The RunConfig describing an already built workload (library use of ``measure``)."""
     ctx = workload.ctx
@@ -106,18 +122,28 @@ def measure(
         events=cuda_event_pair_factory() if device.type == "cuda" else None,
     )
     measured: dict[str, Any] = {}
+    # Set by torchgauge.backends for compiled backends: compilation must happen in warm-up.
+    compile_probe = getattr(workload, "compile_probe", None)
+    if compile_probe is not None and warmup < 1:
+        raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
     warm = timer.warm_up(warmup)
+    if compile_probe is not None:
+        compile_probe.mark_warm()
+    timed_ms: list[float] | None = None
     if "time" in names or "memory" in names:
         probe = MemoryProbe(device.type)
         probe.start()
         samples = timer.time(repeat, warmup_ns=warm)
+        timed_ms = samples.wall_ms
         if "time" in names:
             measured["time_ms"] = timing_metrics(samples)
         if "memory" in names:
             measured.update(probe.read())
+    if compile_probe is not None:  # before the extra passes, which may trigger recompiles
+        measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
     for name in names:
         if name not in TIMED_PASS_METRICS:
-            measured.update(get_metric(name).collect(workload, config, measured))
+            _collect_extra(name, workload, config, measured)
     try:
         domain = get_spec(workload.name).domain
     except KeyError:

@@ -46,3 +46,24 @@ def test_extra_metric_runs_after_timing_and_sees_it() -> None:
     w = torchgauge.create("planted_ok", mode="eval", size="smoke")
     rec = torchgauge.measure(w, repeat=2, warmup=0, metrics=("time", "planted_probe_metric"))
     assert rec.metrics["probe"] == "planted_ok" and "time_ms" in seen and "cpu_peak_mb" not in rec.metrics
+
+
+def test_failing_extra_metric_keeps_the_timings() -> None:
+    from torchgauge.workload import UnsupportedError
+
+    @register_metric("planted_broken_metric", "test-only metric that raises")
+    def broken(workload, config, measured):
+        raise RuntimeError("planted metric failure")
+
+    @register_metric("planted_unsupported_metric", "test-only metric that cannot run")
+    def unsupported(workload, config, measured):
+        raise UnsupportedError("needs a tool this machine lacks")
+
+    w = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    rec = torchgauge.measure(w, repeat=3, warmup=0,
+                             metrics=("time", "planted_broken_metric", "planted_unsupported_metric"))
+    assert rec.status == "ok" and len(rec.metrics["time_ms"]["samples"]) == 3
+    assert rec.metrics["metric_errors"] == {
+        "planted_broken_metric": "RuntimeError: planted metric failure",
+        "planted_unsupported_metric": "unsupported: needs a tool this machine lacks",
+    }

@@ -1,0 +1,177 @@
+"""``torchgauge bisect``: find the commit or version that changed a model's speed."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+
+import click
+
+from .params import check_device, fraction, non_negative, positive, selected_models, split_csv, threshold
+
+
+@click.command("bisect")
+@click.argument("patterns", nargs=-1, required=True)
+@click.option("--repo", type=click.Path(exists=True, file_okay=False), help="Git repository to bisect.")
+@click.option("--good", help="Known good commit (git range).")
+@click.option("--bad", help="Known bad commit, a descendant of --good (git range).")
+@click.option("--build", "build_cmd", help="Shell command building/installing each commit, run in its worktree "
+              "with the scratch venv active (env TORCHGAUGE_BISECT_WORKTREE, _COMMIT, _VENV, _PYTHON).")
+@click.option("--python", "python", default=None,
+              help="Interpreter that measures each commit; relative paths are inside the worktree "
+                   "(default: the scratch venv's, which sees this interpreter's packages).")
+@click.option("--pythonpath", "pythonpath", multiple=True,
+              help="Worktree-relative directory put on the measuring PYTHONPATH (repeatable), e.g. src.")
+@click.option("--versions", default=None,
+              help="Comma-separated requirements or wheel/sdist files, good first, bad last, "
+                   "e.g. torch==2.12.0,torch==2.13.0 (instead of a git range).")
+@click.option("--pip-args", default="", help="Extra 'pip install' arguments for --versions, e.g. '--no-index'.")
+@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Python file registering extra models (repeatable).")
+@click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
+@click.option("--device", default="cpu", show_default=True, callback=check_device)
+@click.option("--precision", default="fp32", show_default=True)
+@click.option("--backend", default="eager", show_default=True)
+@click.option("--batch-size", type=int, default=None, callback=positive)
+@click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
+@click.option("--repeat", type=int, default=15, show_default=True, callback=positive,
+              help="Timed iterations per point.")
+@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative)
+@click.option("--metric", type=click.Choice(["time", "instructions", "op_counts", "flops"]), default="time",
+              show_default=True, help="What to follow: time (rank test on samples) or a deterministic count "
+                                      "(threshold only; immune to machine load; instructions needs valgrind).")
+@click.option("--threshold", default=None, callback=threshold,
+              help="Change that counts, e.g. 7% or 0.07 (default: compare's, 7% for time, 2% for "
+                   "instructions, 1% for operator counts and FLOPs).")
+@click.option("--alpha", type=float, default=0.01, show_default=True, help="Significance level of the rank test.")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Fresh re-measurements of a point that looks like neither endpoint.")
+@click.option("--fastest", default="100%", show_default=True, callback=fraction,
+              help="Compare only this fraction of each point's fastest samples, e.g. 20% on a shared "
+                   "machine (load only adds time); 100% is compare's test.")
+@click.option("--multiple", is_flag=True, help="Find every change in the range, not only the first bad point.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Measurement cache (default: ~/.cache/torchgauge/bisect).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write cached measurements.")
+@click.option("--build-timeout", type=float, default=3 * 3600.0, show_default=True,
+              help="Seconds before a build counts as failed (skip).")
+@click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds per point's measurement.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def bisect_command(**kw: object) -> None:
+    """Find the first commit or version where PATTERNS' models got slower (or faster).
+
+    \b
+    Git range:  torchgauge bisect resnet50 --mode eval --repo ~/pytorch --good A --bad B \\
+                    --build "python -m pip install --no-deps --no-build-isolation -e ."
+    Versions:   torchgauge bisect resnet50 --versions torch==2.12.0,torch==2.13.0
+    """
+    import functools
+
+    from ..bisect import (BisectSetupError, BuildFailed, Judging, default_cache_dir, default_threshold,
+                          measure_in_subprocess, run_bisect)
+    from ..stats.bisection import BisectionError
+    from .terminal import Terminal
+
+    term = Terminal(quiet=bool(kw["quiet"]))
+    spec = _spec(kw)
+    cache_dir = None if kw["no_cache"] else Path(kw["cache_dir"] or default_cache_dir())
+    with tempfile.TemporaryDirectory(prefix="torchgauge-bisect-") as workdir:
+        try:
+            source = _source(kw, workdir)
+            report = run_bisect(
+                source,
+                spec,
+                measure=functools.partial(measure_in_subprocess, timeout_s=float(kw["timeout"])),
+                judging=Judging(threshold=kw["threshold"] or default_threshold(spec.metric),
+                                alpha=float(kw["alpha"]), retries=int(kw["retries"]), fastest=float(kw["fastest"])),
+                multiple=bool(kw["multiple"]),
+                cache_dir=cache_dir,
+                on_event=term.info,
+            )
+        except (BisectSetupError, BisectionError, BuildFailed) as exc:
+            raise click.ClickException(str(exc)) from None
+    if kw["as_json"]:
+        term.json(report.to_dict())
+    else:
+        _print_report(term, report)
+    term.info(f"{report.builds} builds ({report.cache_hits} points from cache), {report.measurements} measurements, "
+              f"{report.measured_points} of {report.points} points measured"
+              + (f", skipped: {', '.join(report.skipped_points)}" if report.skipped_points else ""))
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _spec(kw: dict):
+    from ..bisect import MeasureSpec
+    from ..configure import BACKENDS, PRECISIONS
+
+    if kw["precision"] not in PRECISIONS:
+        raise click.BadParameter(f"{kw['precision']!r}; accepted: {', '.join(PRECISIONS)}", param_hint="--precision")
+    if kw["backend"] not in BACKENDS:
+        raise click.BadParameter(f"{kw['backend']!r}; accepted: {', '.join(BACKENDS)}", param_hint="--backend")
+    if not 0 < kw["alpha"] < 1:
+        raise click.BadParameter(f"{kw['alpha']} is out of range; accepted: 0 < alpha < 1", param_hint="--alpha")
+    models = selected_models(kw["patterns"], kw["model_files"])
+    return MeasureSpec(
+        models=tuple(models),
+        modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+        device=kw["device"],
+        precision=kw["precision"],
+        backend=kw["backend"],
+        batch_size=kw["batch_size"],
+        size=kw["size"],
+        repeat=kw["repeat"],
+        warmup=kw["warmup"],
+        model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
+        metric=kw["metric"],
+    )
+
+
+def _source(kw: dict, workdir: str):
+    from ..bisect import GitRange, VersionRange
+
+    git_opts = {name: kw[name] for name in ("repo", "good", "bad", "build_cmd")}
+    given = [f"--{n.replace('_cmd', '').replace('_', '-')}" for n, v in git_opts.items() if v]
+    if kw["versions"]:
+        if given:
+            raise click.UsageError(f"--versions cannot be combined with {', '.join(given)}; choose a git range or versions")
+        return VersionRange(split_csv(str(kw["versions"])), workdir=workdir, pip_args=tuple(shlex.split(kw["pip_args"])),
+                            build_timeout_s=float(kw["build_timeout"]))
+    missing = [f"--{n.replace('_cmd', '')}" for n, v in git_opts.items() if not v]
+    if missing:
+        raise click.UsageError(f"missing {', '.join(missing)}; accepted: --repo/--good/--bad/--build, or --versions")
+    return GitRange(kw["repo"], kw["good"], kw["bad"], kw["build_cmd"], workdir=workdir, python=kw["python"],
+                    pythonpath=kw["pythonpath"], build_timeout_s=float(kw["build_timeout"]))
+
+
+def _describe(candidate: dict) -> str:
+    if "commit" in candidate:
+        return (f"{candidate['label']} {candidate['subject']!r} ({candidate['files_changed']} files, "
+                f"+{candidate['insertions']}/-{candidate['deletions']})")
+    return candidate["label"]
+
+
+def _print_report(term, report) -> None:
+    rows = []
+    for outcome in report.outcomes:
+        ends = outcome.status if outcome.change is None else f"{outcome.change:+.1%} {outcome.direction or outcome.status}"
+        if not outcome.culprits:
+            rows.append([outcome.config, ends, None, None, outcome.message])
+        for culprit in outcome.culprits:
+            if culprit.reason == "found":
+                what = _describe(culprit.candidates[0])
+            else:
+                what = f"{culprit.reason}: one of " + ", ".join(c["label"] for c in culprit.candidates)
+            rows.append([outcome.config, ends, culprit.last_good,
+                         None if culprit.change is None else f"{culprit.change:+.1%}", what])
+    term.table(["config", "good -> bad", "last good", "step", "first bad"], rows, justify=["left", "left", "left", "right", "left"])
+    for outcome in report.outcomes:
+        if outcome.noise is not None and outcome.noise > report.threshold:
+            term.warning(f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
+                         f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. Bisect on a "
+                         "quiet machine, with --fastest 20% and more --repeat, or with --metric instructions/op_counts")
+        if outcome.uncertain:
+            term.warning(f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
+                         f"{', '.join(outcome.uncertain)}")

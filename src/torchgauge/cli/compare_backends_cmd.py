@@ -1,0 +1,170 @@
+"""``torchgauge compare-backends``: candidate / baseline ratios of time and memory per model."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import click
+
+from .params import check_device, non_negative, positive, selected_models
+
+DEFAULT_BASELINE = "eager"
+DEFAULT_CANDIDATE = "inductor"
+
+
+@click.command("compare-backends")
+@click.argument("patterns", nargs=-1)
+@click.option("--baseline", default=None, help=f"Baseline backend [default: {DEFAULT_BASELINE}; with --from: every run of BASE].")
+@click.option("--candidate", default=None,
+              help=f"Candidate backend [default: {DEFAULT_CANDIDATE}; with --from: every run of CAND].")
+@click.option("--from", "from_files", nargs=2, type=click.Path(dir_okay=False), default=None, metavar="BASE.json CAND.json",
+              help="Compare two existing results files instead of running (they may be the same file).")
+@click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
+@click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
+@click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
+@click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
+@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
+              help="Untimed iterations first (compilation happens here).")
+@click.option("--accuracy", is_flag=True, help="Check the candidate's outputs against an eager fp64 reference.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
+@click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Python file registering extra models (repeatable).")
+@click.option("--results-dir", type=click.Path(file_okay=False), default="torchgauge-results", show_default=True,
+              help="Where the two runs' results files are written.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON here.")
+@click.option("--chart", type=click.Path(dir_okay=False), default=None,
+              help="Bar chart file (.png, .svg or .pdf): one bar per model per metric, log scale, 1.0 marked.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def compare_backends_command(**kw: object) -> None:
+    """Run PATTERNS with two backends (or read two results files) and compare them model by model.
+
+    Ratios are candidate / baseline: below 1 the candidate is faster or uses less memory.
+    """
+    from ..compare.backends import compare_backends, select_backend
+    from ..compare.matching import CompareError
+    from ..results.schema import SchemaError, load_results
+    from .terminal import Terminal
+
+    term = Terminal(quiet=bool(kw["quiet"]))
+    try:
+        if kw["from_files"]:
+            if kw["patterns"]:
+                raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, not both")
+            base_path, cand_path = kw["from_files"]
+            baseline, candidate = kw["baseline"], kw["candidate"]
+            base_runs = select_backend(load_results(base_path).runs, baseline, base_path)
+            cand_runs = select_backend(load_results(cand_path).runs, candidate, cand_path)
+            baseline = baseline or _single_backend(base_runs, base_path)
+            candidate = candidate or _single_backend(cand_runs, cand_path)
+            if baseline == candidate:  # e.g. two eager files from two torch builds: name the files
+                tags = (Path(base_path).stem, Path(cand_path).stem)
+                tags = tags if tags[0] != tags[1] else ("baseline", "candidate")
+                baseline, candidate = f"{baseline} ({tags[0]})", f"{candidate} ({tags[1]})"
+        else:
+            if not kw["patterns"]:
+                raise click.UsageError("give model PATTERNS to run, or --from BASE.json CAND.json")
+            baseline = kw["baseline"] or DEFAULT_BASELINE
+            candidate = kw["candidate"] or DEFAULT_CANDIDATE
+            base_runs, cand_runs = _run_both(kw, baseline, candidate, term)
+        cmp = compare_backends(base_runs, cand_runs, baseline=baseline, candidate=candidate)
+    except (SchemaError, CompareError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _report(cmp, kw, term)
+
+
+def _single_backend(runs, path: str) -> str:
+    names = sorted({r.config.backend for r in runs})
+    if len(names) != 1:
+        raise click.UsageError(f"{path} holds runs of several backends ({', '.join(names)}); pick one with --baseline/--candidate")
+    return names[0]
+
+
+def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list]:
+    """Run the selected models with both backends, interleaved; each backend's results file is kept."""
+    from .. import __version__
+    from ..configure import BACKENDS
+    from ..harness.env import collect_env
+    from ..results.schema import ResultsFile
+    from ..runner import RunnerOptions, run_suite
+    from ..suite import SuiteRequest, plan
+
+    for name, flag in ((baseline, "--baseline"), (candidate, "--candidate")):
+        if name not in BACKENDS:
+            raise click.BadParameter(f"{name!r}; accepted: {', '.join(BACKENDS)}", param_hint=flag)
+    if baseline == candidate:
+        raise click.BadParameter(f"baseline and candidate are both {baseline!r}; name two different backends",
+                                 param_hint="--candidate")
+    models = selected_models(kw["patterns"], kw["model_files"])
+    modes = ("train", "eval") if kw["mode"] == "both" else (kw["mode"],)
+    runner_options = RunnerOptions(
+        timeout_s=kw["timeout"],
+        memory_limit_mb=kw["memory_limit"],
+        model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
+    )
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    env = collect_env()
+    sides = {}
+    for backend in (baseline, candidate):
+        options = {"accuracy": True} if kw["accuracy"] and backend == candidate else {}
+        request = SuiteRequest(models=tuple(models), modes=modes, device=kw["device"], backend=backend,
+                               size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], options=options)
+        path = Path(kw["results_dir"]) / f"backends-{stamp}-{backend}.json"
+        sides[backend] = (plan(request), path, ResultsFile(env=dict(env), torchgauge_version=__version__))
+    # Interleave (baseline, candidate) per configuration: load or thermal drift during a long
+    # session then hits both sides of a ratio alike instead of one side wholesale.
+    configs = [c for pair in zip(sides[baseline][0], sides[candidate][0]) for c in pair]
+    term.info(f"{len(configs)} runs of {len(models)} models, {baseline} and {candidate} interleaved -> "
+              f"{sides[baseline][1]}, {sides[candidate][1]}")
+
+    def save(record) -> None:  # each side's file is rewritten atomically after each of its runs
+        _, path, results = sides[record.config.backend]
+        results.runs.append(record)
+        results.write(path)
+        progress.advance(task)
+
+    for _, path, results in sides.values():
+        results.write(path)  # the environment, before anything runs
+    with term.progress() as progress:
+        task = progress.add_task("compare-backends", total=len(configs), current="")
+        run_suite(configs, runner_options, on_result=save,
+                  on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode} {c.backend}"))
+    return sides[baseline][2].runs, sides[candidate][2].runs
+
+
+def _report(cmp, kw: dict, term) -> None:
+    from ..report.charts import ChartError
+    from ..report.comparisons import (BACKEND_COLUMNS, BACKEND_JUSTIFY, UNMATCHED_COLUMNS, backend_chart, backend_rows,
+                                      backend_summary_rows, unmatched_rows)
+
+    if kw["output"]:
+        Path(kw["output"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(kw["output"]).write_text(json.dumps(cmp.to_dict(), indent=1) + "\n")
+    if kw["chart"]:
+        try:
+            backend_chart(cmp, kw["chart"])
+        except ChartError as exc:
+            raise click.ClickException(str(exc)) from None
+    if kw["as_json"]:
+        term.json(cmp.to_dict())
+    else:
+        ratio = f"{cmp.candidate} / {cmp.baseline}"
+        if cmp.rows:
+            term.table(BACKEND_COLUMNS, backend_rows(cmp), title=f"ratios {ratio} (< 1: candidate better)",
+                       justify=BACKEND_JUSTIFY)
+            term.table(("mode", "time", "peak CPU mem", "peak GPU mem"), backend_summary_rows(cmp),
+                       title=f"geometric means of {ratio}", justify=("left", "right", "right", "right"))
+        else:
+            term.warning("no model could be compared: see the list below")
+        if cmp.unmatched:
+            term.table(UNMATCHED_COLUMNS, unmatched_rows(cmp.unmatched),
+                       title=f"not compared ({len(cmp.failed_candidate)} failed with {cmp.candidate})")
+        if cmp.failed_accuracy:
+            term.warning(f"failed the accuracy check with {cmp.candidate} (left out of the geometric means): "
+                         + ", ".join(f"{r.model}/{r.mode}" for r in cmp.failed_accuracy))
+    for flag, what in (("output", "comparison"), ("chart", "chart")):
+        if kw[flag]:
+            term.info(f"{what} written to {kw[flag]}")

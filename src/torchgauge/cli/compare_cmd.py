@@ -1,0 +1,138 @@
+"""``torchgauge compare BASE NEW``: regressions and improvements between two builds (exit 1 on a regression)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .params import threshold
+
+
+def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict) -> tuple:
+    """(ResultsFile, label) from a results file path, a stored run id, ``latest`` or ``previous``."""
+    from ..results.schema import SchemaError, load_results
+    from ..results.store import Store, StoreError, default_db_path
+
+    path = Path(ref)
+    if path.suffix == ".json" or path.exists():
+        try:
+            return load_results(path), path.name
+        except SchemaError as exc:
+            raise click.ClickException(str(exc)) from None
+    if "store" not in store_cache:
+        try:
+            store_cache["store"] = Store(db or default_db_path(), create=False)
+        except StoreError as exc:
+            raise click.ClickException(f"{ref!r} is not a results file, and {exc}") from None
+    store = store_cache["store"]
+    try:
+        suite = store.resolve(ref, machine=machine)
+        return store.load(suite), f"run {suite}"
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not 0 < value < 1:
+        raise click.BadParameter(f"{value} is not a probability; accepted: 0 < alpha < 1, e.g. 0.01")
+    return value
+
+
+@click.command("compare")
+@click.argument("base")
+@click.argument("new")
+@click.option("--threshold", default="7%", show_default=True, callback=threshold,
+              help="Relative change that counts: 7%, 0.07 or 7 (a bare number above 1 is a percentage).")
+@click.option("--count-threshold", default=None, callback=threshold,
+              help="One threshold for deterministic counts (instructions, op_counts, flops); default 2% for "
+                   "instructions, 1% for the others.")
+@click.option("--alpha", type=float, default=0.01, show_default=True, callback=_alpha,
+              help="Significance level of the one-sided Mann-Whitney U test after correction.")
+@click.option("--correction", type=click.Choice(["holm", "bh", "none"]), default="holm", show_default=True,
+              help="Multiple-comparison correction: holm (family-wise) or bh (false discovery rate).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON.")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write the Markdown report (an issue body).")
+@click.option("--db", type=click.Path(dir_okay=False), default=None,
+              help="History database for run ids, latest and previous (default: $TORCHGAUGE_DB or the XDG data dir).")
+@click.option("--machine", default=None,
+              help="Machine fingerprint that latest/previous refer to (default: any machine).")
+@click.option("--confirm", is_flag=True, help="Rerun flagged configurations in fresh processes; keep what fails again.")
+@click.option("--confirm-runs", type=click.IntRange(min=2), default=None,
+              help="Fresh processes per side for --confirm (default: enough to reach --alpha after correction).")
+@click.option("--baseline-python", default=None, help="Interpreter with the base build (for --confirm; default: this one).")
+@click.option("--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one).")
+@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Python file registering extra models, for --confirm reruns (repeatable).")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per confirmation run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def compare_command(**kw: object) -> int:
+    """Compare NEW against BASE: results files, stored run ids, or latest/previous.
+
+    A time regression needs a median slowdown of at least --threshold AND a significant
+    one-sided rank test after --correction; memory and deterministic counts use the
+    threshold alone. Exits 1 when a regression or a new failure is found.
+    """
+    import sys
+
+    from ..compare.regression import compare_results
+    from ..report.regression import FINDING_COLUMNS, comparison_json, finding_rows, render_markdown
+    from .terminal import Terminal
+
+    term = Terminal(quiet=bool(kw["quiet"]))
+    if (kw["baseline_python"] or kw["candidate_python"] or kw["confirm_runs"]) and not kw["confirm"]:
+        raise click.UsageError("--baseline-python, --candidate-python and --confirm-runs need --confirm")
+    cache: dict = {}
+    try:
+        base, base_label = _load_side(str(kw["base"]), kw["db"], kw["machine"], cache)
+        new, new_label = _load_side(str(kw["new"]), kw["db"], kw["machine"], cache)
+    finally:
+        if "store" in cache:
+            cache["store"].close()
+    fingerprints = (base.env.get("machine_fingerprint"), new.env.get("machine_fingerprint"))
+    if all(fingerprints) and fingerprints[0] != fingerprints[1]:
+        term.warning(f"{base_label} and {new_label} come from different machines ({fingerprints[0]} vs "
+                     f"{fingerprints[1]}): time and memory changes may be the hardware's")
+    cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
+                          count_threshold=kw["count_threshold"])
+    if kw["confirm"] and cmp.regressions:
+        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison
+
+        request = ConfirmRequest(
+            baseline_python=str(kw["baseline_python"] or sys.executable),
+            candidate_python=str(kw["candidate_python"] or sys.executable),
+            rounds=kw["confirm_runs"],
+            timeout_s=float(kw["timeout"]),
+            model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
+        )
+        term.info(f"confirming {len({f.config.key() for f in cmp.regressions})} flagged configuration(s) in fresh processes")
+        try:
+            cmp = confirm_comparison(cmp, request, on_round=lambda r, n: term.info(f"  confirmation round {r}/{n}"))
+        except ConfirmError as exc:
+            raise click.ClickException(str(exc)) from None
+    if kw["output"]:
+        Path(kw["output"]).write_text(comparison_json(cmp, base_label=base_label, new_label=new_label) + "\n")
+    markdown = render_markdown(cmp, base_label=base_label, new_label=new_label)
+    if kw["markdown"]:
+        Path(kw["markdown"]).write_text(markdown)
+    if kw["as_json"]:
+        term.markdown(comparison_json(cmp, base_label=base_label, new_label=new_label))
+    else:
+        for title, findings in (("regressions", cmp.regressions), ("improvements", cmp.improvements)):
+            if findings:
+                term.table(FINDING_COLUMNS, finding_rows(findings), title=title)
+        for s in cmp.new_failures:
+            term.warning(f"new failure: {s.config.label()} {s.base_status} -> {s.new_status}: {s.error or ''}")
+        for s in cmp.fixes:
+            term.info(f"fixed: {s.config.label()} {s.base_status} -> {s.new_status}")
+        if cmp.dismissed:
+            term.info(f"{len(cmp.dismissed)} flagged change(s) not confirmed by {cmp.confirm_rounds} fresh runs per side")
+    summary = (f"{len(cmp.regressions)} regression(s), {len(cmp.improvements)} improvement(s), "
+               f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es) in {cmp.compared} configuration(s) "
+               f"({new_label} vs {base_label})")
+    (term.error if cmp.regressions or cmp.new_failures else term.success)(summary)
+    code = 1 if cmp.regressions or cmp.new_failures else 0
+    if code:
+        raise click.exceptions.Exit(code)
+    return 0

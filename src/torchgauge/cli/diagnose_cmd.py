@@ -1,0 +1,58 @@
+"""``torchgauge diagnose``: find launch storms, tiny copies, syncs, heavy traffic and idle gaps."""
+
+from __future__ import annotations
+
+import click
+
+from ..diagnosis import DIAGNOSE_STEPS
+from .params import check_device, positive, selected_models
+
+
+@click.command("diagnose")
+@click.argument("model")
+@click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
+@click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
+@click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
+@click.option("--batch-size", type=int, default=None, callback=positive, help="Override the model's batch size.")
+@click.option("--steps", type=int, default=DIAGNOSE_STEPS, show_default=True, callback=positive, help="Profiled iterations.")
+@click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the profiled pass as a Chrome/Perfetto trace into this directory.")
+@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Python file registering extra models (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+def diagnose_command(*, model: str, mode: str, device: str, size: str, batch_size: int | None, steps: int,
+                     profile_dir: str | None, model_files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+    """Profile MODEL and report performance bugs, each with its operator, cost and source line."""
+    from ..diagnosis import diagnose_model
+    from ..workload import UnsupportedError
+    from .terminal import Terminal
+
+    term = Terminal(quiet=quiet)
+    matches = selected_models([model], model_files)
+    if matches != [model]:
+        raise click.UsageError(f"{model!r} matches {len(matches)} models; accepted: one registered name, "
+                               f"e.g. {matches[0]}")
+    results = []
+    for m in (("train", "eval") if mode == "both" else (mode,)):
+        term.info(f"profiling {model} {m} on {device} ({size}, {steps} steps)")
+        try:
+            results.append(diagnose_model(model, m, device, size=size, batch_size=batch_size, steps=steps,
+                                          profile_dir=profile_dir))
+        except UnsupportedError as exc:
+            term.warning(f"{model} {m}: unsupported: {exc}")
+    if as_json:
+        term.json({"runs": [d.to_dict() for d in results]})
+        return
+    for d in results:
+        title = f"{d.model} {d.mode} on {d.device} (batch {d.batch_size}): {d.span_ms / d.steps:.2f} ms per profiled step"
+        if not d.findings:
+            term.success(f"{title}: no findings")
+            continue
+        term.table(("rule", "operator", "per step", "ms / step", "source"),
+                   [[f.rule, f.operator, f.count, f.time_ms, f.source or "-"] for f in d.findings],
+                   title=title, justify=("left", "left", "right", "right", "left"))
+        for f in d.findings:
+            term.info(f"  [{f.rule}] {f.message}")
+        if d.trace_path:
+            term.info(f"trace written to {d.trace_path}")

@@ -1,0 +1,49 @@
+"""``torchgauge history MODEL``: a model's stored series, with level changes marked."""
+
+from __future__ import annotations
+
+import click
+
+_METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "flops", "tflops", "compile_s")
+
+
+@click.command("history")
+@click.argument("model")
+@click.option("--metric", type=click.Choice(_METRICS), default="time", show_default=True,
+              help="Which value to follow (time: median ms per step).")
+@click.option("--mode", type=click.Choice(["train", "eval"]), default=None, help="Only this mode (default: both).")
+@click.option("--device", default=None, help="Only this device, e.g. cpu or cuda.")
+@click.option("--precision", default=None, help="Only this precision.")
+@click.option("--backend", default=None, help="Only this backend.")
+@click.option("--machine", default=None, help="Only this machine fingerprint.")
+@click.option("--threshold", default="7%", show_default=True, help="Smallest level change marked as a step.")
+@click.option("--db", type=click.Path(dir_okay=False), default=None,
+              help="History database (default: $TORCHGAUGE_DB or the XDG data dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print the series and steps as JSON.")
+def history_command(**kw: object) -> None:
+    """Show MODEL's stored runs of one metric in time order, with detected steps."""
+    from ..compare.regression import parse_threshold
+    from ..report.history import HISTORY_COLUMNS, history_tables
+    from ..results.store import Store, StoreError, default_db_path
+    from .terminal import Terminal
+
+    term = Terminal()
+    try:
+        threshold = parse_threshold(str(kw["threshold"]))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--threshold") from None
+    try:
+        with Store(kw["db"] or default_db_path(), create=False) as store:
+            points = store.series(str(kw["model"]), mode=kw["mode"], device=kw["device"], precision=kw["precision"],
+                                  backend=kw["backend"], machine=kw["machine"])
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not points:
+        raise click.ClickException(f"no stored run of {kw['model']!r} matches; see `torchgauge export --list`")
+    tables = history_tables(points, str(kw["metric"]), threshold=threshold)
+    if kw["as_json"]:
+        term.json([{"config": t.label, "columns": list(HISTORY_COLUMNS), "rows": t.rows, "steps": t.steps} for t in tables])
+        return
+    for t in tables:
+        term.table(HISTORY_COLUMNS, t.rows, title=f"{kw['model']} {t.label}: {kw['metric']}",
+                   justify=("right", "left", "left", "left", "left", "right", "right", "left"))

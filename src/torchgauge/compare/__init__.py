@@ -1,0 +1,1 @@
+"""Comparisons of results: compiler backends, devices and builds (judging, no measuring)."""

@@ -1,0 +1,193 @@
+"""Compiler comparison: candidate backend versus baseline backend, model by model.
+
+The paper's Figures 3-4 (TorchInductor versus eager): per model and mode the ratios
+candidate / baseline of median execution time, peak CPU memory and peak GPU memory, their
+geometric means, the candidate's compile time (``metrics["compile"]``), the models whose
+candidate run failed (to compile or to run) and those that failed the accuracy check.
+
+Runs pair on (model, mode, device, precision, requested batch size); ratios below 1 mean
+the candidate is faster or leaner. Runs with ``fail_accuracy`` keep their ratios in the
+table but are left out of the geometric means: a fast wrong answer is not a speed-up.
+
+Example:
+    >>> cmp = compare_backends(eager_runs, inductor_runs, baseline="eager", candidate="inductor")  # doctest: +SKIP
+    >>> cmp.geomeans["eval"]["time"]  # doctest: +SKIP
+    {'geomean': 0.68, 'n': 12}
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from ..results.schema import RunRecord
+from ..stats.ratios import RatioRow, geomean_by, ratio_rows
+from .matching import CompareError, Unmatched, batch_label, match_runs, run_values, time_verdict
+
+__all__ = [
+    "METRICS",
+    "METRIC_TITLES",
+    "BackendComparison",
+    "BackendRow",
+    "compare_backends",
+    "select_backend",
+]
+
+# Compared metrics (keys of run_values) and their titles in tables and charts.
+METRICS = ("time", "cpu_mem", "gpu_mem")
+METRIC_TITLES = {"time": "execution time", "cpu_mem": "peak CPU memory", "gpu_mem": "peak GPU memory"}
+FAIL_ACCURACY = "fail_accuracy"
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    """One model in one mode: both sides' values and the ratios candidate / baseline."""
+
+    model: str
+    mode: str
+    device: str
+    precision: str
+    batch_size: int | None  # the batch size both runs used
+    baseline: dict[str, float | None]  # metric -> value (time in ms, memory in MB)
+    candidate: dict[str, float | None]
+    ratios: dict[str, float | None]  # metric -> candidate / baseline
+    compile_s: float | None = None  # the candidate's compile time, from metrics["compile"]
+    graph_breaks: int | None = None
+    accuracy: str | None = None  # the candidate's accuracy status when checked
+    verdict: str | None = None  # candidate time "faster" | "slower" | "same" (threshold + rank test)
+
+    @property
+    def failed_accuracy(self) -> bool:
+        return self.accuracy == FAIL_ACCURACY
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BackendComparison:
+    """Everything ``compare-backends`` reports; :meth:`to_dict` is its JSON output."""
+
+    baseline: str
+    candidate: str
+    rows: list[BackendRow]
+    geomeans: dict[str, dict[str, dict[str, Any]]]  # mode -> metric -> {"geomean", "n"}
+    unmatched: list[Unmatched] = field(default_factory=list)
+
+    @property
+    def failed_candidate(self) -> list[Unmatched]:
+        """Configurations whose candidate run failed (compile errors, crashes, OOM, ...)."""
+        return [u for u in self.unmatched if u.reason == "failed" and u.side in (self.candidate, None)]
+
+    @property
+    def failed_accuracy(self) -> list[BackendRow]:
+        return [r for r in self.rows if r.failed_accuracy]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "compare-backends",
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "ratio": "candidate / baseline",
+            "rows": [r.as_dict() for r in self.rows],
+            "geomeans": self.geomeans,
+            "failed_candidate": [u.as_dict() for u in self.failed_candidate],
+            "failed_accuracy": [f"{r.model}/{r.mode}" for r in self.failed_accuracy],
+            "unmatched": [u.as_dict() for u in self.unmatched],
+        }
+
+
+def select_backend(records: Sequence[RunRecord], backend: str | None, source: str) -> list[RunRecord]:
+    """The runs of ``backend`` in ``records`` (all of them when ``backend`` is None).
+
+    Raises:
+        CompareError: no run of that backend; the message lists the backends present.
+    """
+    if backend is None:
+        return list(records)
+    chosen = [r for r in records if r.config.backend == backend]
+    if not chosen:
+        present = sorted({r.config.backend for r in records}) or ["none"]
+        raise CompareError(f"{source} has no runs of backend {backend!r}; it has: {', '.join(present)}")
+    return chosen
+
+
+def _label(record: RunRecord) -> str:
+    c = record.config
+    return f"{c.model}/{c.mode}/{c.device}/{c.precision}/bs={batch_label(record)}"
+
+
+def _key(record: RunRecord) -> tuple:
+    c = record.config
+    return (c.model, c.mode, c.device, c.precision, c.batch_size)
+
+
+def _accuracy(record: RunRecord) -> str | None:
+    if record.status in (FAIL_ACCURACY, "eager_nondeterministic"):
+        return record.status
+    acc = record.metrics.get("accuracy")
+    return acc.get("status") if isinstance(acc, dict) else None
+
+
+def compare_backends(
+    baseline_runs: Sequence[RunRecord],
+    candidate_runs: Sequence[RunRecord],
+    *,
+    baseline: str,
+    candidate: str,
+) -> BackendComparison:
+    """Compare two backends' runs of the same models.
+
+    Args:
+        baseline_runs: runs of the baseline backend (e.g. eager), one per configuration.
+        candidate_runs: runs of the candidate backend (e.g. inductor).
+        baseline, candidate: names shown in the report (usually the backend names).
+
+    Returns:
+        A :class:`BackendComparison`: rows in baseline order, geometric means per mode
+        and metric (accuracy failures excluded), and the runs that could not be compared.
+
+    Raises:
+        CompareError: a side has two runs of one configuration, or the names are equal.
+    """
+    if baseline == candidate:
+        raise CompareError(f"baseline and candidate are both {baseline!r}; name two different backends or files")
+    matching = match_runs(baseline_runs, candidate_runs, key=_key, label=_label,
+                          base_label=baseline, new_label=candidate)
+    values = {k: (run_values(b), run_values(c)) for k, b, c in matching.pairs}
+    ratio_by_key = {row.key: row.ratios for row in ratio_rows(values, METRICS)}
+    rows: list[BackendRow] = []
+    for k, b, c in matching.pairs:
+        compile_info = c.metrics.get("compile") if isinstance(c.metrics.get("compile"), dict) else {}
+        rows.append(BackendRow(
+            model=b.config.model,
+            mode=b.config.mode,
+            device=b.config.device,
+            precision=b.config.precision,
+            batch_size=b.batch_size if b.batch_size is not None else c.batch_size,
+            baseline=values[k][0],
+            candidate=values[k][1],
+            ratios=dict(ratio_by_key[k]),
+            compile_s=compile_info.get("compile_s"),
+            graph_breaks=compile_info.get("graph_breaks"),
+            accuracy=_accuracy(c),
+            verdict=time_verdict(b, c),
+        ))
+    return BackendComparison(
+        baseline=baseline,
+        candidate=candidate,
+        rows=rows,
+        geomeans=_geomeans(rows),
+        unmatched=matching.unmatched,
+    )
+
+
+def _geomeans(rows: Sequence[BackendRow]) -> dict[str, dict[str, dict[str, Any]]]:
+    counted = [RatioRow(key=(r.model, r.mode), base=r.baseline, new=r.candidate, ratios=r.ratios)
+               for r in rows if not r.failed_accuracy]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for metric in METRICS:
+        for mode, (g, n) in geomean_by(counted, metric, group=lambda k: k[1]).items():
+            out.setdefault(mode, {})[metric] = {"geomean": g, "n": n}
+    return out
+

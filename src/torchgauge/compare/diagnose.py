@@ -1,0 +1,471 @@
+"""Performance-bug finder: rules over a profiled pass (TorchBench paper sec. 4.1 case studies).
+
+Pure judging over :class:`~torchgauge.harness.events.ProfileTrace` records (no torch). Each
+rule has its thresholds as named constants below; each finding names the operator, how often
+it happens per step, the time it costs per step and the model source line it comes from.
+
+Rules:
+
+- ``launch_storm`` (a): the same short operator pattern repeated back to back, every call
+  tiny (the per-parameter ``zero_grad`` loop); suggests the foreach/fused form.
+- ``tiny_h2d`` (b): tiny host-to-device copies inside the step (``torch.tensor(...)`` built
+  each step). On a CPU-only trace there is no device copy, so the host-side tensor
+  construction (``aten::lift_fresh``) that would become one is reported instead.
+- ``heavy_traffic`` (c): host-device traffic large in bytes and in time relative to compute
+  (offload ping-pong). CPU analogue: top-level copy operators versus the other operators.
+- ``sync`` (d): the host waits for the device inside the step (``.item()``, ``nonzero``,
+  printing tensors). CPU analogue: the operators that would force that wait on a device.
+- ``idle_gap`` (e): long stretches where the device (CPU: every operator) waits for the host.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..harness.breakdown import clip, is_aten_op, subtract, total, union
+from ..harness.events import ProfileTrace, TraceEvent, parse_frame, top_level
+
+__all__ = [
+    "HEAVY_TRAFFIC_MIN_BYTES",
+    "HEAVY_TRAFFIC_RATIO",
+    "HOST_STATE_PATHS",
+    "IDLE_GAP_US",
+    "IDLE_MIN_FRACTION",
+    "IDLE_MIN_STEP_FRACTION",
+    "RULES",
+    "STORM_MAX_GAP_US",
+    "STORM_MAX_PERIOD",
+    "STORM_MIN_REPEATS",
+    "SYNC_OPS",
+    "SYNC_WRAPPERS",
+    "TINY_COPY_BYTES",
+    "TINY_OP_US",
+    "Finding",
+    "diagnose",
+]
+
+RULES = ("launch_storm", "tiny_h2d", "heavy_traffic", "sync", "idle_gap")
+
+# (a) A host operator shorter than this (median over the repetitions) is launch/dispatch-bound work.
+TINY_OP_US = 30.0
+# (a) Repetitions of one operator pattern, back to back, that make a storm.
+STORM_MIN_REPEATS = 16
+# (a) Longest pattern (operators per repetition) searched; a per-tensor loop body is short.
+STORM_MAX_PERIOD = 8
+# (a) Calls are "back to back" when the median host gap between them is at most this.
+STORM_MAX_GAP_US = 200.0
+# (b) A host-to-device copy at most this large is a "tiny" one (scalars, small lists).
+TINY_COPY_BYTES = 1024
+# (c) Host-device bytes per step below this are never "large" traffic.
+HEAVY_TRAFFIC_MIN_BYTES = 1 << 20
+# (c) Copy time per step over compute time per step that makes traffic "heavy".
+HEAVY_TRAFFIC_RATIO = 0.25
+# (d) Operators that make the host wait for the device's result.
+SYNC_OPS = frozenset({
+    "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
+    "aten::unique_consecutive", "aten::equal",
+})
+# (d) Python-facing operators that end in one of SYNC_OPS (``.item()``, ``bool(t)``, ``.tolist()``).
+SYNC_WRAPPERS = frozenset({"aten::item", "aten::is_nonzero", "aten::tolist"})
+# (d) Code whose scalar reads are of host-resident state by design (optimizer step counts).
+HOST_STATE_PATHS = ("torch/optim/",)
+# (e) A stretch with no device work (CPU: no operator) at least this long is a gap.
+IDLE_GAP_US = 1000.0
+# (e) Gaps with one cause are reported only when together they are at least this fraction of the window.
+IDLE_MIN_FRACTION = 0.05
+# (e) ... and only when they recur in at least this fraction of the steps (a bug in the step
+# recurs every step; a one-off scheduler or GC pause does not).
+IDLE_MIN_STEP_FRACTION = 1.0
+
+# Python's reprs of built-ins carry object addresses that differ between runs.
+_ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
+_COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
+_HOST_CATEGORIES = ("python", "cpu_op", "sync", "runtime", "annotation")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One performance problem found in the profiled steps."""
+
+    rule: str  # one of RULES
+    operator: str  # operator, operator pattern or host call responsible
+    count: float  # occurrences per step
+    time_ms: float  # per step: storm span less its non-tiny calls, copy/sync op time, or gap length
+    source: str | None  # "file:line in func" of the model code, when stacks were recorded
+    message: str  # what happens and what to do instead
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CallLines = Mapping[tuple[str, str, int], Mapping[int, int]]
+
+
+def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines: CallLines | None = None,
+             rules: Iterable[str] = RULES) -> list[Finding]:
+    """Apply ``rules`` to ``trace``; findings sorted by time cost per step, largest first.
+
+    Args:
+        trace: a profiled pass (ideally recorded ``with_stack=True`` for source lines).
+        model_files: the model's source files; a finding's source is the innermost frame in
+            one of them (else the innermost frame outside torch).
+        call_lines: from :func:`torchgauge.harness.profile.record_call_lines`, to turn a
+            function's first line (what the profiler records) into the calling line.
+        rules: subset of :data:`RULES`.
+    """
+    ctx = _Context(trace, tuple(model_files), call_lines or {})
+    found: list[Finding] = []
+    for rule in rules:
+        if rule not in RULES:
+            raise ValueError(f"unknown rule {rule!r}; accepted: {', '.join(RULES)}")
+        found.extend(_RULE_FNS[rule](ctx))
+    return sorted(found, key=lambda f: -f.time_ms)
+
+
+class _Context:
+    """Shared look-ups over one trace."""
+
+    def __init__(self, trace: ProfileTrace, model_files: tuple[str, ...], call_lines: CallLines) -> None:
+        self.trace = trace
+        self.k = len(trace.steps)
+        self.model_files = tuple(os.path.normpath(f) for f in model_files)
+        self.call_lines = call_lines
+        self.in_steps = [e for e in trace.events if e.step is not None]
+        self.index = {id(e): i for i, e in enumerate(trace.events)}
+        self.top_ops = [e for e in top_level(e for e in self.in_steps if is_aten_op(e))]
+        self._launchers: dict[int, TraceEvent] | None = None
+
+    # -- structure ---------------------------------------------------------------------------
+    def parent(self, e: TraceEvent) -> TraceEvent | None:
+        return self.trace.events[e.parent] if e.parent is not None else None
+
+    def outermost_op(self, e: TraceEvent) -> TraceEvent | None:
+        """The top-level operator enclosing ``e`` (``e`` itself when it is one)."""
+        best = e if e.category == "cpu_op" else None
+        p = self.parent(e)
+        while p is not None:
+            if p.category == "cpu_op":
+                best = p
+            p = self.parent(p)
+        return best
+
+    def frames(self, e: TraceEvent) -> tuple[str, ...]:
+        """Python frames innermost first: the recorded stack, else the python parents."""
+        if e.stack:
+            return e.stack
+        out = [e.name] if e.category == "python" else []
+        p = self.parent(e)
+        while p is not None:
+            if p.category == "python":
+                out.append(p.name)
+            p = self.parent(p)
+        return tuple(out)
+
+    def launcher(self, device_event: TraceEvent) -> TraceEvent | None:
+        """The host event that launched ``device_event``: the runtime call with its correlation
+        id, else the host operator the profiler linked it to (its ``parent``)."""
+        if self._launchers is None:
+            self._launchers = {e.correlation: e for e in self.trace.events
+                               if e.correlation is not None and e.category in ("runtime", "sync") and e.device == "cpu"}
+        found = self._launchers.get(device_event.correlation) if device_event.correlation is not None else None
+        return found if found is not None else self.parent(device_event)
+
+    def in_grad_accumulation(self, e: TraceEvent) -> bool:
+        """Inside autograd's per-parameter gradient accumulation (inherent to eager backward)."""
+        p = self.parent(e)
+        while p is not None:
+            if "AccumulateGrad" in p.name:
+                return True
+            p = self.parent(p)
+        return False
+
+    # -- source attribution ------------------------------------------------------------------
+    def _is_model_file(self, file: str) -> bool:
+        f = os.path.normpath(file)
+        return any(m.endswith(os.sep + f) or m == f for m in self.model_files)
+
+    def source(self, frames: Sequence[str], ops: Sequence[str] = ()) -> str | None:
+        """``file:line in func`` of the innermost model frame (exact line when known).
+
+        ``ops`` are the operator names to look the call line up with, most specific first.
+        """
+        parsed = [p for p in (parse_frame(f) for f in frames) if p is not None]
+        chosen = next((p for p in parsed if self._is_model_file(p.file)), None)
+        if chosen is None:
+            chosen = next((p for p in parsed if not _is_library(p.file)), None)
+        if chosen is None:
+            return None
+        line = self._call_line(chosen.file, chosen.line, tuple(ops))
+        if line is None:
+            return f"{chosen.file}:{chosen.line} in {chosen.func} (function start)"
+        return f"{chosen.file}:{line} in {chosen.func}"
+
+    def _call_line(self, file: str, first_line: int, ops: tuple[str, ...]) -> int | None:
+        # The first operator name with a recorded call in that function decides.
+        f = os.path.normpath(file)
+        for wanted in ops:
+            lines: Counter[int] = Counter()
+            for (op, path, first), counts in self.call_lines.items():
+                if op == wanted and first == first_line and os.path.normpath(path).endswith(f):
+                    lines.update(counts)
+            if lines:
+                return lines.most_common(1)[0][0]
+        return None
+
+
+def _is_library(file: str) -> bool:
+    f = file.replace(os.sep, "/")
+    return f.startswith(("torch/", "<")) or "/torch/" in f or "site-packages/" in f or "/lib/python" in f \
+        or f.startswith(("contextlib", "functools", "threading"))
+
+
+def _descendant_names(ctx: _Context, root: TraceEvent) -> tuple[str, ...]:
+    """``root``'s name, then those of the ops nested in it, outermost first (for call-line
+    look-ups: ``.item()`` reaches the dispatcher as ``aten::_local_scalar_dense``)."""
+    names = [root.name]
+    rid = ctx.index[id(root)]
+    for e in ctx.in_steps:
+        p = e.parent
+        while p is not None:
+            if p == rid:
+                if e.name not in names:
+                    names.append(e.name)
+                break
+            p = ctx.trace.events[p].parent
+    return tuple(names)
+
+
+# -- (a) launch-bound storms -------------------------------------------------------------------
+def _sequences(ops: list[TraceEvent]) -> list[list[TraceEvent]]:
+    """Top-level ops per (thread, step), in order."""
+    seqs: dict[tuple[int, int | None], list[TraceEvent]] = defaultdict(list)
+    for e in ops:
+        seqs[(e.thread, e.step)].append(e)
+    return list(seqs.values())
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2 if v else 0.0
+
+
+def _is_storm(calls: list[TraceEvent]) -> bool:
+    # Medians, so that one call slowed by the scheduler neither hides nor splits a storm.
+    gaps = [b.start_us - a.end_us for a, b in zip(calls, calls[1:])]
+    return _median([c.duration_us for c in calls]) < TINY_OP_US and _median(gaps) <= STORM_MAX_GAP_US
+
+
+def _periodic_stretches(names: list[str]) -> list[tuple[int, int, int]]:
+    """(start, period, repeats) of non-overlapping stretches repeating a pattern >= STORM_MIN_REPEATS times."""
+    out = []
+    i, n = 0, len(names)
+    while i < n:
+        best = None
+        for p in range(1, STORM_MAX_PERIOD + 1):
+            j = i
+            while j + p < n and names[j] == names[j + p]:
+                j += 1
+            reps = (j - i + p) // p
+            if reps >= STORM_MIN_REPEATS and (best is None or reps * p > best[1] * best[2]):
+                best = (i, p, reps)
+        if best is None:
+            i += 1
+        else:
+            # The shortest period describing the stretch wins (zero_ x 32, not (zero_ zero_) x 16).
+            out.append(best)
+            i = best[0] + best[1] * best[2]
+    return out
+
+
+def _rule_launch_storm(ctx: _Context) -> list[Finding]:
+    groups: dict[tuple[str, ...], dict[str, Any]] = {}
+    for run in _sequences([e for e in ctx.top_ops if not ctx.in_grad_accumulation(e)]):
+        names = [e.name for e in run]
+        for start, period, reps in _periodic_stretches(names):
+            pattern = tuple(names[start:start + period])
+            calls = run[start:start + period * reps]
+            if not _is_storm(calls):
+                continue
+            g = groups.setdefault(pattern, {"reps": 0, "time": 0.0, "frames": Counter()})
+            g["reps"] += reps
+            # The launch-bound part: the stretch's span less the calls that do real work.
+            g["time"] += calls[-1].end_us - calls[0].start_us - sum(
+                c.duration_us for c in calls if c.duration_us >= TINY_OP_US)
+            g["frames"][ctx.frames(calls[0])] += 1
+    out = []
+    for pattern, g in groups.items():
+        op = " + ".join(pattern)
+        base = pattern[0].split("::")[-1]
+        if pattern == ("aten::zero_",):
+            hint = "zero all gradients at once (torch._foreach_zero_, or zero_grad(set_to_none=True))"
+        elif len(pattern) == 1:
+            hint = f"apply it to all tensors at once (torch._foreach_{base}; optimizers: foreach=True or fused=True)"
+        else:
+            hint = "use the foreach/fused form of the loop (optimizer foreach=True or fused=True) or torch.compile"
+        frames = g["frames"].most_common(1)[0][0]
+        out.append(Finding(
+            rule="launch_storm", operator=op, count=g["reps"] / ctx.k, time_ms=g["time"] / ctx.k / 1e3,
+            source=ctx.source(frames, pattern),
+            message=f"{g['reps'] / ctx.k:g} back-to-back repetitions of {op} per step, median call under "
+                    f"{TINY_OP_US:g} us: launch/dispatch-bound; {hint}",
+        ))
+    return out
+
+
+# -- (b) tiny host-to-device copies --------------------------------------------------------------
+def _rule_tiny_h2d(ctx: _Context) -> list[Finding]:
+    groups: dict[tuple[str, str | None], list] = defaultdict(lambda: [0, 0.0])
+    if ctx.trace.kind == "cuda":
+        for e in ctx.in_steps:
+            if e.category != "memcpy" or e.direction != "h2d":
+                continue
+            launch = ctx.launcher(e)
+            op = ctx.outermost_op(launch) if launch is not None else None
+            size = e.bytes if e.bytes is not None else (op.bytes if op is not None else None)
+            if size is None or size > TINY_COPY_BYTES:
+                continue
+            names = _descendant_names(ctx, op) if op is not None else ()
+            src = ctx.source(ctx.frames(op if op is not None else e), names)
+            g = groups[(op.name if op is not None else e.name, src)]
+            g[0] += 1
+            # Host time of the copying operator (launch and, for pageable memory, the wait),
+            # or the device time when the launch is unknown.
+            g[1] += op.duration_us if op is not None else e.duration_us
+        what = "host-to-device copies of at most {b} bytes"
+    else:
+        for e in ctx.in_steps:
+            if e.category == "cpu_op" and e.name == "aten::lift_fresh":
+                g = groups[(e.name, ctx.source(ctx.frames(e), (e.name,)))]
+                g[0] += 1
+                g[1] += e.duration_us
+        what = "tensors built from host data (torch.tensor); on an accelerator each is a tiny host-to-device copy"
+    out = []
+    for (op, src), (n, t) in groups.items():
+        out.append(Finding(
+            rule="tiny_h2d", operator=op, count=n / ctx.k, time_ms=t / ctx.k / 1e3, source=src,
+            message=f"{n / ctx.k:g} {what.format(b=TINY_COPY_BYTES)} per step; create the tensor once outside "
+                    "the step (a buffer) or use a Python scalar (torch.rsqrt(t) -> t * d ** -0.5)",
+        ))
+    return out
+
+
+# -- (c) heavy host-device traffic ------------------------------------------------------------------
+def _rule_heavy_traffic(ctx: _Context) -> list[Finding]:
+    window = ctx.trace.window()
+    if ctx.trace.kind == "cuda":
+        copies = [e for e in ctx.in_steps if e.category == "memcpy" and e.direction in ("h2d", "d2h")]
+        compute = union(clip([(e.start_us, e.end_us) for e in ctx.in_steps if e.category == "kernel"], window))
+    else:
+        copies = [e for e in ctx.top_ops if e.name in _COPY_OPS and e.bytes and _copies(ctx, e)]
+        compute = union(clip([(e.start_us, e.end_us) for e in ctx.top_ops if e.name not in _COPY_OPS], window))
+    moved = sum(e.bytes or 0 for e in copies) / ctx.k
+    copy_time = total(union(clip([(e.start_us, e.end_us) for e in copies], window))) / ctx.k
+    compute_time = total(compute) / ctx.k
+    if moved < HEAVY_TRAFFIC_MIN_BYTES or copy_time < HEAVY_TRAFFIC_RATIO * compute_time:
+        return []
+    by_site: Counter = Counter()
+    for e in copies:
+        op = ctx.outermost_op(ctx.launcher(e) or e) if ctx.trace.kind == "cuda" else e
+        by_site[(op.name if op is not None else e.name, ctx.frames(op if op is not None else e))] += e.bytes or 0
+    (op_name, frames), _ = by_site.most_common(1)[0]
+    ratio = copy_time / compute_time if compute_time > 0 else float("inf")
+    return [Finding(
+        rule="heavy_traffic", operator=op_name, count=len(copies) / ctx.k, time_ms=copy_time / 1e3,
+        source=ctx.source(frames, (op_name, "aten::_to_copy", "aten::copy_")),
+        message=f"{moved / 2**20:.1f} MiB copied per step taking {ratio:.2f}x the compute time: data ping-pongs "
+                "between host and device; keep it resident on the device or overlap the copies "
+                "(pinned memory, non_blocking=True, a side stream)",
+    )]
+
+
+def _copies(ctx: _Context, e: TraceEvent) -> bool:
+    # aten::to returns its input when nothing changes; count it only when it really copied.
+    if e.name != "aten::to":
+        return True
+    idx = ctx.index[id(e)]
+    return any(c.parent == idx and c.name in ("aten::_to_copy", "aten::copy_") for c in ctx.in_steps)
+
+
+# -- (d) synchronisations ---------------------------------------------------------------------------
+def _rule_sync(ctx: _Context) -> list[Finding]:
+    groups: dict[tuple[str, str | None], list] = defaultdict(lambda: [0, 0.0])
+    for e in ctx.in_steps:
+        if ctx.trace.kind == "cuda":
+            hit = e.category == "sync" and e.device == "cpu"
+        else:
+            hit = e.category == "cpu_op" and e.name in SYNC_OPS
+        if not hit:
+            continue
+        frames = ctx.frames(e)
+        if any(p is not None and p.file.replace(os.sep, "/").startswith(HOST_STATE_PATHS)
+               for p in map(parse_frame, frames)):
+            continue
+        op = ctx.outermost_op(e)
+        if ctx.trace.kind == "cpu" and op is not None and op.name not in SYNC_OPS | SYNC_WRAPPERS:
+            continue  # a CPU kernel reading a scalar of its own: no device would wait for it
+        names = _descendant_names(ctx, op) if op is not None else (e.name,)
+        g = groups[(op.name if op is not None else e.name, ctx.source(frames, names))]
+        g[0] += 1
+        g[1] += e.duration_us
+    out = []
+    for (op, src), (n, t) in groups.items():
+        out.append(Finding(
+            rule="sync", operator=op, count=n / ctx.k, time_ms=t / ctx.k / 1e3, source=src,
+            message=f"{n / ctx.k:g} device-to-host synchronisations per step: the host waits for the device "
+                    "and the launch queue drains; keep the value on the device (torch.where, nonzero_static, "
+                    "masking) or read it outside the step",
+        ))
+    return out
+
+
+# -- (e) idle gaps --------------------------------------------------------------------------------
+def _rule_idle_gap(ctx: _Context) -> list[Finding]:
+    window = ctx.trace.window()
+    if ctx.trace.kind == "cuda":
+        busy = [(e.start_us, e.end_us) for e in ctx.trace.events if e.on_device]
+    else:
+        busy = [(e.start_us, e.end_us) for e in ctx.in_steps if is_aten_op(e)]
+    gaps = [g for g in subtract([window], union(clip(busy, window))) if g[1] - g[0] >= IDLE_GAP_US]
+    span = window[1] - window[0]
+    groups: dict[tuple[str, str | None], list] = defaultdict(lambda: [0, 0.0, set()])
+    host = [e for e in ctx.trace.events if e.category in _HOST_CATEGORIES and not e.name.startswith("torchgauge.step#")]
+    for lo, hi in gaps:
+        length = hi - lo
+        # The deepest host event covering most of the gap is what the host was busy with.
+        cover = [e for e in host if min(e.end_us, hi) - max(e.start_us, lo) >= 0.5 * length]
+        culprit = min(cover, key=lambda e: e.duration_us) if cover else None
+        name = _ADDRESS_RE.sub("", culprit.name) if culprit is not None else "host (no event recorded)"
+        src = ctx.source(ctx.frames(culprit)) if culprit is not None else None
+        g = groups[(name, src)]
+        g[0] += 1
+        g[1] += length
+        g[2].add(_step_at(ctx.trace.steps, lo))
+    target = "the device" if ctx.trace.kind == "cuda" else "the operators"
+    out = []
+    for (name, src), (n, t, steps) in groups.items():
+        if t < IDLE_MIN_FRACTION * span or len(steps) < IDLE_MIN_STEP_FRACTION * ctx.k:
+            continue  # too small, or a one-off pause rather than something every step does
+        out.append(Finding(
+            rule="idle_gap", operator=name, count=n / ctx.k, time_ms=t / ctx.k / 1e3, source=src,
+            message=f"{n / ctx.k:g} gaps of at least {IDLE_GAP_US / 1e3:g} ms per step ({t / span:.0%} of the "
+                    f"profiled time) where {target} waited for host code; move that work out of the step, "
+                    "overlap it, or capture the step (CUDA graphs / torch.compile)",
+        ))
+    return out
+
+
+def _step_at(steps: Sequence[tuple[float, float]], t: float) -> int:
+    return max((i for i, (s, _) in enumerate(steps) if s <= t), default=0)
+
+
+_RULE_FNS = {
+    "launch_storm": _rule_launch_storm,
+    "tiny_h2d": _rule_tiny_h2d,
+    "heavy_traffic": _rule_heavy_traffic,
+    "sync": _rule_sync,
+    "idle_gap": _rule_idle_gap,
+}

@@ -1,0 +1,365 @@
+"""Regression detection between two result sets (a base build and a new one).
+
+The rule (TorchBench's nightly guard, made noise-aware; docs/regression-detection.md):
+
+* **time** (``metrics["time_ms"]["samples"]``): flagged when the median slowdown reaches
+  the threshold AND a one-sided Mann-Whitney U test is significant after a Holm or
+  Benjamini-Hochberg correction over every tested configuration
+  (:func:`torchgauge.stats.compare.judge`). When a side holds several runs of one
+  configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
+  runs), the per-process medians are tested instead of the pooled samples
+  (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
+* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): near-deterministic, so the threshold
+  alone, with an absolute floor (:data:`MEMORY_MIN_DELTA_MB`); plus the leak flag
+  (``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
+* **deterministic counts** (``instructions``, ``op_counts``, ``flops``): the threshold
+  alone, reporting which operators' counts changed.
+* **statuses**: a usable run that now fails is a new failure; the reverse is a fix.
+
+Pure judging: no torch, no I/O. ``bisect`` calls :func:`compare_results` too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Hashable, Sequence
+
+from ..results.schema import ResultsFile, RunConfig, RunRecord
+from ..stats.compare import (
+    CORRECTIONS,
+    DEFAULT_ALPHA,
+    DEFAULT_CORRECTION,
+    DEFAULT_THRESHOLD,
+    Change,
+    compare_samples,
+    compare_values,
+    judge,
+    median,
+    pooled_or_group_medians,
+)
+from ..stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compare_counts, op_count_changes
+from .matching import USABLE_STATUSES, Unmatched
+
+__all__ = [
+    "COUNT_METRICS",
+    "COUNT_THRESHOLDS",
+    "FINDING_KEYS",
+    "MEMORY_METRICS",
+    "MEMORY_MIN_DELTA_MB",
+    "TIME_METRIC",
+    "Comparison",
+    "Finding",
+    "StatusChange",
+    "compare_results",
+    "parse_threshold",
+]
+
+TIME_METRIC = "time_ms"
+MEMORY_METRICS = ("cpu_peak_mb", "gpu_peak_mb")
+# metric -> path of its per-step scalar inside RunRecord.metrics
+COUNT_METRICS = {"instructions": ("instructions", "per_step"), "op_counts": ("op_counts", "total"), "flops": ("flops", "total")}
+# Default thresholds of the deterministic counts (tighter than time: no noise to clear).
+COUNT_THRESHOLDS = {"instructions": INSTRUCTIONS_THRESHOLD, "op_counts": COUNT_THRESHOLD, "flops": COUNT_THRESHOLD}
+LEAK_METRIC = "leak"
+# A peak-memory change must also exceed this many MiB: a 0.2 -> 0.3 MiB GPU peak is +50% and nothing.
+MEMORY_MIN_DELTA_MB = 2.0
+# The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
+FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
+
+
+def parse_threshold(text: str | float) -> float:
+    """Parse a relative threshold: ``"7%"``, ``"0.07"`` and ``"7"`` all mean 7%.
+
+    A bare number below 1 is a fraction, a bare number above 1 is a percentage; a bare
+    ``1`` (1% or 100%?) and zero or negative values are rejected.
+
+    Raises:
+        ValueError: a one-line message naming the accepted forms.
+    """
+    raw = str(text).strip()
+    accepted = "accepted: a positive percentage such as 7%, or a fraction such as 0.07 (a bare 7 also means 7%)"
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise ValueError(f"invalid threshold {raw!r}; {accepted}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"invalid threshold {raw!r}: must be positive; {accepted}")
+    if not raw.endswith("%"):
+        if value == 1:
+            raise ValueError(f"ambiguous threshold {raw!r} (1% or 100%?); write 1% or 100%")
+        if value > 1:
+            value /= 100.0
+    return value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One metric of one configuration, judged."""
+
+    config: RunConfig  # the new side's configuration
+    metric: str  # "time_ms", "cpu_peak_mb", "gpu_peak_mb", "leak", "instructions", "op_counts", "flops"
+    base: float | None  # median / value on the base side (leak: MiB growth per iteration)
+    new: float | None
+    change: float | None  # relative change new / base - 1 (+ is worse); None for the leak flag
+    p_value: float | None  # corrected one-sided p of the direction of the change; None if untested
+    verdict: str  # "regression" | "improvement" | "unchanged"
+    n_base: int = 1  # values tested per side (samples, or process medians)
+    n_new: int = 1
+    detail: dict[str, Any] = field(default_factory=dict)  # e.g. {"ops": {...}} for count metrics
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON entry: exactly :data:`FINDING_KEYS` first, then extras."""
+        c = self.config
+        doc: dict[str, Any] = dict(zip(FINDING_KEYS, (c.model, c.mode, c.device, c.precision, c.backend, self.metric,
+                                                      self.base, self.new, self.change, self.p_value)))
+        doc.update(batch_size=c.batch_size, verdict=self.verdict, n_base=self.n_base, n_new=self.n_new)
+        if self.detail:
+            doc["detail"] = self.detail
+        return doc
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """A configuration whose status moved between usable and failing."""
+
+    config: RunConfig
+    base_status: str
+    new_status: str
+    error: str | None = None  # last line of the failing side's error
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {"model": c.model, "mode": c.mode, "device": c.device, "precision": c.precision, "backend": c.backend,
+                "batch_size": c.batch_size, "base_status": self.base_status, "new_status": self.new_status,
+                "error": self.error}
+
+
+@dataclass
+class Comparison:
+    """Everything :func:`compare_results` found; ``regressions`` decide the CI exit code."""
+
+    regressions: list[Finding]
+    improvements: list[Finding]
+    unchanged: list[Finding]
+    new_failures: list[StatusChange]
+    fixes: list[StatusChange]
+    unmatched: list[Unmatched]  # on one side only, failed on both, or batch sizes differ
+    threshold: float = DEFAULT_THRESHOLD
+    alpha: float = DEFAULT_ALPHA
+    correction: str = DEFAULT_CORRECTION
+    base_env: dict[str, Any] = field(default_factory=dict)
+    new_env: dict[str, Any] = field(default_factory=dict)
+    dismissed: list[Finding] = field(default_factory=list)  # flagged, then not confirmed by --confirm reruns
+    confirm_rounds: int = 0  # fresh processes per side in the confirmation (0: not confirmed)
+
+    @property
+    def has_regressions(self) -> bool:
+        return bool(self.regressions)
+
+    @property
+    def compared(self) -> int:
+        """Number of configurations with at least one judged metric."""
+        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "correction": self.correction,
+            "compared": self.compared,
+            "regressions": [f.to_dict() for f in self.regressions],
+            "improvements": [f.to_dict() for f in self.improvements],
+            "new_failures": [s.to_dict() for s in self.new_failures],
+            "fixes": [s.to_dict() for s in self.fixes],
+            "unmatched": [u.as_dict() for u in self.unmatched],
+            "unchanged": len(self.unchanged),
+            "confirm_rounds": self.confirm_rounds,
+            "dismissed": [f.to_dict() for f in self.dismissed],
+            "base_env": self.base_env,
+            "new_env": self.new_env,
+        }
+
+
+def _label(config: RunConfig) -> str:
+    bs = "default" if config.batch_size is None else config.batch_size
+    return f"{config.label()}/bs={bs}"
+
+
+def _group(records: Sequence[RunRecord]) -> dict[Hashable, list[RunRecord]]:
+    out: dict[Hashable, list[RunRecord]] = {}
+    for rec in records:
+        out.setdefault(rec.config.key(), []).append(rec)
+    return out
+
+
+def _last_line(text: str | None) -> str | None:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else None
+
+
+def _status(records: list[RunRecord]) -> RunRecord:
+    """The representative run of a group: its first failing run, else its first run."""
+    return next((r for r in records if r.status not in USABLE_STATUSES), records[0])
+
+
+def _time_groups(records: list[RunRecord]) -> list[list[float]]:
+    groups = []
+    for rec in records:
+        samples = (rec.metrics.get(TIME_METRIC) or {}).get("samples") or []
+        clean = [float(v) for v in samples if v is not None and not math.isnan(float(v))]
+        if clean:
+            groups.append(clean)
+    return groups
+
+
+def _values(records: list[RunRecord], path: tuple[str, ...]) -> list[float]:
+    out = []
+    for rec in records:
+        value: Any = rec.metrics
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out.append(float(value))
+    return out
+
+
+def _op_changes(base: list[RunRecord], new: list[RunRecord]) -> dict[str, Any]:
+    """``{"ops": {op: {"kind", "base", "new"}}}`` for operators whose per-step counts changed."""
+    b = (base[0].metrics.get("op_counts") or {}).get("by_op") or {}
+    n = (new[0].metrics.get("op_counts") or {}).get("by_op") or {}
+    changes = op_count_changes(b, n)
+    return {"ops": {c.op: {"kind": c.kind, "base": c.old, "new": c.new} for c in changes}} if changes else {}
+
+
+def _from_change(config: RunConfig, metric: str, change: Change, detail: dict[str, Any] | None = None) -> Finding:
+    return Finding(config, metric, change.base, change.new, change.change, change.p_value, change.verdict,
+                   change.n_base, change.n_new, detail or {})
+
+
+def compare_results(
+    base: ResultsFile,
+    new: ResultsFile,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    correction: str = DEFAULT_CORRECTION,
+    count_threshold: float | None = None,
+    memory_min_delta_mb: float = MEMORY_MIN_DELTA_MB,
+) -> Comparison:
+    """Judge every configuration present in both result sets.
+
+    Args:
+        base, new: the two result sets; runs are matched on :meth:`RunConfig.key`; several
+            runs of one key on a side are treated as separate processes.
+        threshold: relative change that counts for time and memory, e.g. 0.07.
+        alpha: significance level of the one-sided rank test after correction.
+        correction: ``"holm"`` (family-wise), ``"bh"`` (false discovery rate) or ``"none"``.
+        count_threshold: threshold for every deterministic count; default per metric
+            (:data:`COUNT_THRESHOLDS`: ``stats.deterministic``'s named constants).
+        memory_min_delta_mb: absolute floor of a memory change (MiB).
+
+    Returns:
+        A :class:`Comparison`; findings are in base order, time first.
+
+    Example:
+        >>> cmp = compare_results(base_results, new_results, threshold=0.07)  # doctest: +SKIP
+        >>> [f.config.model for f in cmp.regressions]  # doctest: +SKIP
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
+    if not threshold > 0:
+        raise ValueError(f"invalid threshold {threshold}; accepted: a positive fraction, e.g. 0.07")
+    bg, ng = _group(base.runs), _group(new.runs)
+    timed: list[tuple[RunConfig, Change]] = []
+    others: list[Finding] = []
+    new_failures: list[StatusChange] = []
+    fixes: list[StatusChange] = []
+    unmatched: list[Unmatched] = []
+
+    for key, brecs in bg.items():
+        nrecs = ng.get(key)
+        b0 = brecs[0]
+        if nrecs is None:
+            unmatched.append(Unmatched(b0.config.model, b0.config.mode, _label(b0.config), "missing", "missing in new", side="new"))
+            continue
+        bs, ns = _status(brecs), _status(nrecs)
+        cfg = nrecs[0].config
+        b_ok, n_ok = bs.status in USABLE_STATUSES, ns.status in USABLE_STATUSES
+        if b_ok and not n_ok:
+            if ns.status not in ("unsupported", "skipped"):
+                new_failures.append(StatusChange(cfg, bs.status, ns.status, _last_line(ns.error)))
+            else:
+                unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "failed", f"{ns.status} in new", side="new", status=ns.status))
+            continue
+        if not b_ok:
+            if n_ok and bs.status not in ("unsupported", "skipped"):
+                fixes.append(StatusChange(cfg, bs.status, ns.status, _last_line(bs.error)))
+            else:
+                side = None if not n_ok else "base"
+                unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "failed",
+                                           f"base: {bs.status}; new: {ns.status}", side=side, status=bs.status))
+            continue
+        b_batch, n_batch = brecs[0].batch_size, nrecs[0].batch_size
+        if b_batch is not None and n_batch is not None and b_batch != n_batch:
+            unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "batch_mismatch",
+                                       f"batch sizes differ: {b_batch} in base, {n_batch} in new"))
+            continue
+
+        bt, nt = _time_groups(brecs), _time_groups(nrecs)
+        if bt and nt:
+            change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha)
+            timed.append((cfg, change))
+        for metric in MEMORY_METRICS:
+            bv, nv = _values(brecs, (metric,)), _values(nrecs, (metric,))
+            if bv and nv:
+                change = compare_values(median(bv), median(nv), threshold=threshold)
+                if abs(change.new - change.base) < memory_min_delta_mb:
+                    change = replace(change, verdict="unchanged")
+                others.append(_from_change(cfg, metric, change))
+        others.extend(_leak_findings(cfg, brecs, nrecs))
+        for metric, path in COUNT_METRICS.items():
+            bv, nv = _values(brecs, path), _values(nrecs, path)
+            if bv and nv:
+                limit = COUNT_THRESHOLDS[metric] if count_threshold is None else count_threshold
+                change = compare_counts(median(bv), median(nv), threshold=limit)
+                detail = _op_changes(brecs, nrecs) if metric == "op_counts" and change.verdict != "unchanged" else {}
+                others.append(_from_change(cfg, metric, change, detail))
+
+    for key, nrecs in ng.items():
+        if key not in bg:
+            n0 = nrecs[0]
+            unmatched.append(Unmatched(n0.config.model, n0.config.mode, _label(n0.config), "missing", "missing in base", side="base"))
+
+    judged = judge([c for _, c in timed], correction)
+    findings = [_from_change(cfg, TIME_METRIC, c) for (cfg, _), c in zip(timed, judged)] + others
+    return Comparison(
+        regressions=[f for f in findings if f.verdict == "regression"],
+        improvements=[f for f in findings if f.verdict == "improvement"],
+        unchanged=[f for f in findings if f.verdict == "unchanged"],
+        new_failures=new_failures,
+        fixes=fixes,
+        unmatched=unmatched,
+        threshold=threshold,
+        alpha=alpha,
+        correction=correction,
+        base_env=dict(base.env),
+        new_env=dict(new.env),
+    )
+
+
+def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) -> list[Finding]:
+    def state(records: list[RunRecord]) -> tuple[bool, float | None] | None:
+        leaks = [r.metrics.get(LEAK_METRIC) for r in records if isinstance(r.metrics.get(LEAK_METRIC), dict)]
+        if not leaks:
+            return None
+        growth = [v for v in (lk.get("cpu_growth_mb_per_iter") for lk in leaks) if isinstance(v, (int, float))]
+        return any(bool(lk.get("leaking")) for lk in leaks), (max(growth) if growth else None)
+
+    b, n = state(base), state(new)
+    if b is None or n is None:
+        return []
+    verdict = "regression" if n[0] and not b[0] else "improvement" if b[0] and not n[0] else "unchanged"
+    return [Finding(cfg, LEAK_METRIC, b[1], n[1], None, None, verdict, detail={"base_leaking": b[0], "new_leaking": n[0]})]

@@ -1,0 +1,143 @@
+"""Confirmation reruns (``compare --confirm``): re-measure only what was flagged, in fresh processes.
+
+Why: wall-clock time on a busy machine moves 11-15% between fresh processes, and the
+samples of one process share that offset. Comparing one base process with one new process
+therefore tests within-process noise only, and a 7% threshold false-alarms whenever the
+two processes happen to land far apart (docs/regression-detection.md measures how often).
+Rerunning each flagged configuration in ``k`` fresh processes per side, alternating base
+and candidate (ABBA order, so a drift in machine load hits both sides alike), turns each
+process into one independent observation: the rank test then runs on ``k`` process
+medians per side (:func:`~torchgauge.stats.compare.pooled_or_group_medians`) and its
+false-alarm rate holds against between-process noise too.
+
+Each side runs ``python -m torchgauge.cli run ...`` in its own interpreter (a virtual
+environment per build), once per round for all flagged configurations together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .compare.regression import Comparison, Finding, compare_results
+from .results.schema import ResultsFile, RunConfig, load_results
+from .stats.compare import rounds_needed
+
+__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "rerun_command", "rerun_configs"]
+
+
+class ConfirmError(RuntimeError):
+    """A confirmation rerun could not run (the message names the interpreter and its error)."""
+
+
+@dataclass(frozen=True)
+class ConfirmRequest:
+    """How to confirm: which interpreters, how many rounds, per-run limits."""
+
+    baseline_python: str = sys.executable  # interpreter with the base build installed
+    candidate_python: str = sys.executable  # interpreter with the new build installed
+    rounds: int | None = None  # processes per side; None: rounds_needed(flagged configs, alpha)
+    timeout_s: float = 900.0  # per run, passed to `torchgauge run --timeout`
+    model_files: tuple[str, ...] = ()  # files registering extra models, passed to both sides
+
+
+def _group_key(c: RunConfig) -> tuple:
+    # configurations one `torchgauge run` invocation can cover together
+    return (c.mode, c.device, c.precision, c.backend, c.batch_size, c.size, c.repeat, c.warmup, c.seed, c.metrics)
+
+
+def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, request: ConfirmRequest) -> list[str]:
+    """The ``torchgauge run`` command line re-measuring ``configs`` (all of one group)."""
+    c = configs[0]
+    cmd = [python, "-m", "torchgauge.cli", "run", *sorted({x.model for x in configs}), "--mode", c.mode,
+           "--device", c.device, "--precision", c.precision, "--backend", c.backend, "--size", c.size,
+           "--repeat", str(c.repeat), "--warmup", str(c.warmup), "--seed", str(c.seed),
+           "--metrics", ",".join(c.metrics), "--timeout", str(request.timeout_s), "--output", str(output), "--quiet",
+           "--no-db"]
+    if c.batch_size is not None:
+        cmd += ["--batch-size", str(c.batch_size)]
+    for path in request.model_files:
+        cmd += ["--model-file", path]
+    return cmd
+
+
+def rerun_configs(python: str, configs: Sequence[RunConfig], workdir: Path, request: ConfirmRequest,
+                  tag: str) -> ResultsFile:
+    """Run ``configs`` once each with ``python`` (fresh worker processes); their records, merged."""
+    groups: dict[tuple, list[RunConfig]] = {}
+    for c in configs:
+        groups.setdefault(_group_key(c), []).append(c)
+    merged: ResultsFile | None = None
+    wanted = {c.key() for c in configs}
+    for i, group in enumerate(groups.values()):
+        out = workdir / f"{tag}-{i}.json"
+        cmd = rerun_command(python, group, out, request)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if not out.exists():  # the interpreter could not even start the suite
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+            raise ConfirmError(f"confirmation run with {python} failed: {tail[0]}")
+        part = load_results(out)
+        part.runs = [r for r in part.runs if r.config.key() in wanted]  # a model's other mode, if any
+        if merged is None:
+            merged = part
+        else:
+            merged.runs.extend(part.runs)
+    assert merged is not None
+    return merged
+
+
+def confirm_comparison(
+    cmp: Comparison,
+    request: ConfirmRequest,
+    *,
+    on_round: Callable[[int, int], None] | None = None,
+) -> Comparison:
+    """Re-measure the configurations behind ``cmp.regressions``; keep only confirmed ones.
+
+    Args:
+        cmp: a comparison whose regressions are to be confirmed.
+        request: interpreters and rounds (see :class:`ConfirmRequest`).
+        on_round: called with (round, rounds) before each round, for progress.
+
+    Returns:
+        A copy of ``cmp`` whose ``regressions`` are those flagged again (same metric) by
+        :func:`compare_results` on the reruns, the others moved to ``dismissed``.
+    """
+    flagged = {f.config.key(): f.config for f in cmp.regressions}
+    if not flagged:
+        return cmp
+    configs = list(flagged.values())
+    rounds = request.rounds or rounds_needed(len(configs), cmp.alpha)
+    base_runs: list = []
+    new_runs: list = []
+    envs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="torchgauge-confirm-") as tmp:
+        for r in range(rounds):
+            if on_round:
+                on_round(r + 1, rounds)
+            # ABBA: base first in even rounds, candidate first in odd ones
+            order = [("base", request.baseline_python), ("new", request.candidate_python)]
+            for side, python in order if r % 2 == 0 else order[::-1]:
+                part = rerun_configs(python, configs, Path(tmp), request, f"{side}-{r}")
+                (base_runs if side == "base" else new_runs).extend(part.runs)
+                envs.setdefault(side, part.env)
+    again = compare_results(ResultsFile(env=envs["base"], runs=base_runs), ResultsFile(env=envs["new"], runs=new_runs),
+                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction)
+    confirmed = {(f.config.key(), f.metric): f for f in again.regressions}
+    remeasured = {(f.config.key(), f.metric) for f in (*again.regressions, *again.improvements, *again.unchanged)}
+    kept: list[Finding] = []
+    dismissed: list[Finding] = list(cmp.dismissed)
+    for f in cmp.regressions:
+        hit = confirmed.get((f.config.key(), f.metric))
+        if hit is not None:  # report the confirmation's figures: they are the sounder ones
+            kept.append(dataclasses.replace(hit, detail={**hit.detail, "first_change": f.change, "first_p_value": f.p_value}))
+        elif (f.config.key(), f.metric) not in remeasured:  # a rerun failed: no evidence either way, keep the flag
+            kept.append(dataclasses.replace(f, detail={**f.detail, "confirmation": "not re-measured (a rerun failed)"}))
+        else:
+            dismissed.append(f)
+    return dataclasses.replace(cmp, regressions=kept, dismissed=dismissed, confirm_rounds=rounds)

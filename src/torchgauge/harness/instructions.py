@@ -1,0 +1,214 @@
+"""``instructions`` metric: executed CPU instructions per step, counted by valgrind callgrind.
+
+Instruction counts hardly move with machine load, so a noisy CI runner can gate on them
+with a plain threshold (``stats/deterministic.py``; issue 9, item 5). The price is speed:
+under callgrind a step runs 50-100x slower, and starting Python + torch under callgrind
+alone costs about 100 s of CPU (measured on torch 2.13; minutes of wall time on a loaded
+2-core machine). Use it for a subset of models and for bisection, not for the whole suite,
+and raise the runner's ``--timeout`` accordingly.
+
+How it runs (the same technique as ``torch.utils.benchmark.Timer.collect_callgrind``, which
+cannot take a built workload): the current process cannot be put under valgrind, so a fresh
+Python is started as ``valgrind --tool=callgrind --collect-atstart=no python -c ...``. It
+rebuilds the same workload from the run's :class:`RunConfig` (same registry, seed, shapes,
+precision and backend), runs ``config.warmup`` untraced steps, then for each requested
+step count toggles collection on around exactly those steps and dumps the counter
+(``torch._C._valgrind_toggle_and_dump_stats``). The totals are the ``Ir`` events of each
+dump. The child runs with one intra-op thread and a fixed ``PYTHONHASHSEED``: worker
+threads spin-wait a variable number of instructions, which would make the count noisy.
+
+Measured on torch 2.13 (2-core shared machine, valgrind 3.19): resnet18 eval at smoke size,
+3 counted steps, 47.10M and 47.18M instructions per step in two fresh processes (0.15%
+apart), 405-718 s wall each; a 64x64 matmul step, 0.15-0.2% apart. The first steps after
+a short warm-up cost more than later ones (interpreter and allocator settling), so compare
+counts taken with the same ``warmup`` and ``instruction_steps``.
+
+CPU device only (valgrind does not run CUDA drivers reliably). When valgrind is missing or
+the platform is unsupported, the metric raises :class:`~torchgauge.workload.UnsupportedError`.
+``RunConfig.options["instruction_steps"]`` sets the counted steps (default
+:data:`DEFAULT_INSTRUCTION_STEPS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..workload import UnsupportedError
+from .metrics import register_metric
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..results.schema import RunConfig
+    from ..workload import Workload
+
+__all__ = [
+    "DEFAULT_INSTRUCTION_STEPS",
+    "INSTRUCTIONS_TIMEOUT_S",
+    "callgrind_command",
+    "count_instructions",
+    "find_valgrind",
+    "instruction_steps",
+    "parse_callgrind_total",
+]
+
+# Counted steps per run: the count is exact per step, so a few steps average out
+# step-to-step variation (allocator reuse) without multiplying the callgrind cost.
+DEFAULT_INSTRUCTION_STEPS = 3
+# Wall-clock limit for the valgrind child; the runner's per-run timeout still applies.
+INSTRUCTIONS_TIMEOUT_S = 3600.0
+# Fixed hash seed in the child: dict/set iteration order must not change the work done.
+_CHILD_HASH_SEED = "0"
+_SUMMARY_RE = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
+
+
+def find_valgrind() -> str:
+    """Path of the valgrind executable; UnsupportedError with the reason when unusable."""
+    path = shutil.which("valgrind")
+    if path is None:
+        raise UnsupportedError("instructions needs valgrind (callgrind) on PATH; "
+                               "install it, e.g. apt-get install valgrind")
+    import torch
+
+    if not torch._C._valgrind_supported_platform():
+        raise UnsupportedError("instructions: this torch build has no valgrind client requests (unsupported platform)")
+    return path
+
+
+def instruction_steps(options: dict[str, Any]) -> int:
+    """Counted steps from ``options["instruction_steps"]``, validated."""
+    value = options.get("instruction_steps", DEFAULT_INSTRUCTION_STEPS)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"instruction_steps must be an integer >= 1, got {value!r}")
+    return value
+
+
+def parse_callgrind_total(text: str) -> int:
+    """Total ``Ir`` of one callgrind output file (its ``summary:`` or ``totals:`` line).
+
+    Example:
+        >>> parse_callgrind_total("events: Ir\\nsummary: 788163\\n")
+        788163
+    """
+    match = _SUMMARY_RE.search(text)
+    if match is None:
+        raise ValueError("not a callgrind output file: no 'summary:' or 'totals:' line")
+    return int(match.group(1))
+
+
+def callgrind_command(valgrind: str, out_file: str, python: str, child_args: Sequence[str]) -> list[str]:
+    """The valgrind command line: collection off until the child toggles it around steps."""
+    return [
+        valgrind,
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--dump-line=no",  # totals only: smaller dumps, faster exit
+        f"--callgrind-out-file={out_file}",
+        python,
+        *child_args,
+    ]
+
+
+def _model_file_of(model: str) -> str | None:
+    """The file to load in the child for a model registered from a ``--model-file``."""
+    from ..registry import get_spec
+
+    module = get_spec(model).module
+    if module.startswith("torchgauge_user_") and module in sys.modules:
+        return getattr(sys.modules[module], "__file__", None)
+    return None
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED=_CHILD_HASH_SEED)
+    package_root = str(Path(__file__).resolve().parents[2])  # .../src, parent of torchgauge/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def count_instructions(config: "RunConfig", steps: Sequence[int] = (DEFAULT_INSTRUCTION_STEPS,),
+                       *, timeout_s: float = INSTRUCTIONS_TIMEOUT_S) -> list[int]:
+    """Instructions executed by ``n`` steps of ``config``'s workload, for each ``n`` in ``steps``.
+
+    One valgrind process serves every entry (its start-up is the expensive part), so
+    ``steps=(5, 10)`` measures 5 steps and then 10 more in the same process.
+
+    Args:
+        config: the run to rebuild in the child (model, mode, size, seed, precision, ...).
+        steps: step counts to measure, each >= 1.
+        timeout_s: wall-clock limit for the valgrind child.
+
+    Returns:
+        The total ``Ir`` of each measurement, in the order of ``steps``.
+
+    Raises:
+        UnsupportedError: valgrind missing, unsupported platform, or a non-CPU device.
+        RuntimeError: the child failed or timed out (its last output lines in the message).
+    """
+    from ..results.schema import RunRecord
+
+    if config.device.split(":")[0] != "cpu":
+        raise UnsupportedError(f"instructions counts host instructions under valgrind; device {config.device!r} "
+                               "is not supported, accepted: cpu")
+    if not steps or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in steps):
+        raise ValueError(f"steps must be a non-empty list of integers >= 1, got {list(steps)!r}")
+    valgrind = find_valgrind()
+    request = {
+        "run": RunRecord(config, "ok").to_dict(),
+        "steps": list(steps),
+        "model_file": _model_file_of(config.model),
+    }
+    with tempfile.TemporaryDirectory(prefix="torchgauge-callgrind-") as tmp:
+        out_file = os.path.join(tmp, "callgrind.out")
+        request_file = os.path.join(tmp, "request.json")
+        Path(request_file).write_text(json.dumps(request))
+        child = ["-c", "from torchgauge.harness.instructions import _child_main; _child_main()", request_file]
+        cmd = callgrind_command(valgrind, out_file, sys.executable, child)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env())
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"instructions: valgrind child did not finish within {timeout_s:.0f} s") from None
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise RuntimeError(f"instructions: valgrind child exited with code {proc.returncode}:\n{tail}")
+        # Dumps requested by the child are numbered <out>.1, <out>.2, ... in order.
+        return [parse_callgrind_total(Path(f"{out_file}.{i}").read_text()) for i in range(1, len(steps) + 1)]
+
+
+def _child_main() -> None:
+    """Entry point of the valgrind child: rebuild, warm up, count each measurement."""
+    import torch
+
+    from ..configure import apply_config, build_workload
+    from ..registry import load_model_file
+    from ..results.schema import RunRecord
+
+    request = json.loads(Path(sys.argv[1]).read_text())
+    if request["model_file"]:
+        load_model_file(request["model_file"])
+    config = RunRecord.from_dict(request["run"]).config
+    torch.set_num_threads(1)
+    workload = apply_config(build_workload(config), config)
+    for _ in range(max(config.warmup, 1)):
+        workload.step()
+    for n in request["steps"]:
+        torch._C._valgrind_toggle()
+        for _ in range(n):
+            workload.step()
+        torch._C._valgrind_toggle_and_dump_stats()
+
+
+@register_metric("instructions", "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)")
+def collect_instructions(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+    """Count ``instruction_steps`` steps of a fresh copy of this run under callgrind."""
+    n = instruction_steps(dict(config.options))
+    (total,) = count_instructions(config, (n,))
+    record = {"per_step": round(total / n), "steps": n, "total": total, "tool": "callgrind", "threads": 1}
+    return {"instructions": record}

@@ -1,0 +1,325 @@
+"""Profiled pass: K steps under ``torch.profiler``, converted to plain :class:`TraceEvent` records.
+
+Measuring only. Each step runs inside ``record_function("torchgauge.step#i")`` so its span is
+in the trace; the device is synchronised before and after the steps (inside the profiler, so
+the last kernels are collected). The result is torch-free: :mod:`.breakdown` does the
+arithmetic and :mod:`torchgauge.compare.diagnose` the judging. Optionally the same pass is
+exported as a Chrome/Perfetto trace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .events import ProfileTrace, TraceEvent, memcpy_direction
+from .timer import device_sync
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..workload import Workload
+
+__all__ = ["PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "model_source_files", "profile_for_diagnosis",
+           "profile_steps", "profile_workload", "record_call_lines", "trace_file_path"]
+
+STEP_PREFIX = "torchgauge.step#"
+# Steps run under the profiler before recording starts (its own start-up cost lands there).
+PROFILER_WARMUP_STEPS = 1
+# Host runtime calls that block until the device has caught up.
+SYNC_RUNTIME_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+})
+# Host copy operators whose source size is recorded as ``bytes`` (CPU analogue of memcpys).
+COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
+_ACTIVITY_CATEGORY = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cpu_op": "cpu_op",
+    "python_function": "python",
+    "user_annotation": "annotation",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+}
+# Element sizes of the dtype names the profiler records (C++ spellings).
+_ITEMSIZE = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+}
+_SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def trace_file_path(directory: str | os.PathLike, label: str) -> Path:
+    """``DIR/<label with safe characters>.pt.trace.json`` (the directory is created)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = _SAFE_RE.sub("_", label.replace("/", "-")).strip("._-") or "run"
+    return directory / f"{stem}.pt.trace.json"
+
+
+def profile_workload(workload: "Workload", steps: int = 5, *, with_stack: bool = False, record_shapes: bool = True,
+                     trace_path: str | os.PathLike | None = None) -> ProfileTrace:
+    """Profile ``steps`` iterations of an already warmed-up workload on its device."""
+    return profile_steps(workload.step, workload.device, steps, with_stack=with_stack, record_shapes=record_shapes,
+                         trace_path=trace_path)
+
+
+def profile_steps(step: Callable[[], Any], device: Any, steps: int = 5, *, with_stack: bool = False,
+                  record_shapes: bool = True, trace_path: str | os.PathLike | None = None) -> ProfileTrace:
+    """Run ``step`` ``steps`` times under torch.profiler and return the plain records.
+
+    Args:
+        step: one iteration (``Workload.step``).
+        device: where it runs; CUDA adds the device activity and makes a ``"cuda"`` trace.
+        steps: iterations profiled (K >= 1).
+        with_stack: record Python frames (costs host time: keep it off for the breakdown).
+        record_shapes: record input shapes (and copy sizes).
+        trace_path: also write a Chrome/Perfetto trace there.
+    """
+    if steps < 1:
+        raise ValueError(f"invalid number of profiled steps {steps}; accepted: an integer >= 1")
+    dev = torch.device(device)
+    on_cuda = dev.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    sync = device_sync(dev)
+    sync()
+    # The first step after the profiler starts pays its set-up (tens of ms on a CPU): run
+    # PROFILER_WARMUP_STEPS under the profiler's warm-up phase, whose events are discarded.
+    plan = schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=steps, repeat=1)
+    total_steps = PROFILER_WARMUP_STEPS + steps
+    with profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack, schedule=plan) as prof:
+        for i in range(total_steps):
+            with record_function(f"{STEP_PREFIX}{i - PROFILER_WARMUP_STEPS}"):
+                step()
+            if i == total_steps - 1:
+                sync()  # the last kernels must finish while the profiler is still recording
+            prof.step()
+    trace = _convert(prof.profiler.kineto_results, "cuda" if on_cuda else "cpu", str(dev))
+    if trace_path is not None:
+        prof.export_chrome_trace(str(trace_path))
+        trace.trace_path = str(trace_path)
+    return trace
+
+
+def _name(raw: Any) -> str:
+    # The python tracer occasionally hands back names that are not UTF-8; keep the event.
+    try:
+        return raw.name()
+    except UnicodeDecodeError:
+        return "<undecodable>"
+
+
+def _category(kind: str, name: str) -> str:
+    cat = _ACTIVITY_CATEGORY.get(kind, "other")
+    if cat == "runtime" and name in SYNC_RUNTIME_CALLS:
+        return "sync"
+    if cat == "other" and name.startswith(("Memcpy", "Memset")):
+        return "memcpy" if name.startswith("Memcpy") else "memset"
+    return cat
+
+
+_BYTES_RE = re.compile(r'"bytes"\s*:\s*(\d+)')
+
+
+def _device_bytes(raw: Any) -> int | None:
+    # Kineto exposes a memcpy's size as nbytes() or, depending on the build, only in the
+    # event's metadata ("bytes": N, as in the Chrome trace's args).
+    try:
+        nbytes = int(raw.nbytes())
+    except (AttributeError, RuntimeError, TypeError):
+        nbytes = 0
+    if nbytes:
+        return nbytes
+    try:
+        m = _BYTES_RE.search(raw.metadata_json() or "")
+    except (AttributeError, RuntimeError, UnicodeDecodeError):
+        return None
+    return int(m.group(1)) if m else None
+
+
+def _copy_bytes(name: str, raw: Any) -> int | None:
+    if name not in COPY_OPS:
+        return None
+    try:
+        shapes, dtypes = raw.shapes(), raw.dtypes()
+    except (RuntimeError, UnicodeDecodeError):
+        return None
+    src = 1 if name == "aten::copy_" and len(shapes) > 1 else 0
+    if len(shapes) <= src or len(dtypes) <= src or dtypes[src] not in _ITEMSIZE:
+        return None
+    numel = 1
+    for d in shapes[src]:
+        numel *= d
+    return numel * _ITEMSIZE[dtypes[src]]
+
+
+def _convert(results: Any, kind: str, device: str) -> ProfileTrace:
+    base = results.trace_start_ns()
+    raw_events = list(results.events())
+    rows: list[dict[str, Any]] = []
+    for raw in raw_events:
+        name = _name(raw)
+        cat = _category(raw.activity_type(), name)
+        on_dev = raw.device_type() != torch.autograd.DeviceType.CPU and cat in ("kernel", "memcpy", "memset", "other")
+        row: dict[str, Any] = {
+            "name": name,
+            "category": cat,
+            "start_us": (raw.start_ns() - base) / 1e3,
+            "end_us": (raw.end_ns() - base) / 1e3,
+            "device": f"{device.split(':')[0]}:{raw.device_index()}" if on_dev else "cpu",
+            "thread": raw.device_resource_id() if on_dev else raw.start_thread_id(),
+            "correlation": raw.correlation_id() or None,
+        }
+        if cat in ("memcpy", "memset"):
+            row["direction"] = memcpy_direction(name)
+            row["bytes"] = _device_bytes(raw)
+        elif cat == "cpu_op":
+            row["bytes"] = _copy_bytes(name, raw)
+            try:
+                row["shapes"] = tuple(tuple(s) for s in raw.shapes())
+            except (RuntimeError, UnicodeDecodeError):
+                pass
+        if on_dev:  # the host op that launched it (kineto links it by the op's correlation id)
+            row["_linked"] = getattr(raw, "linked_correlation_id", lambda: 0)()
+        rows.append(row)
+    op_by_corr = {r["correlation"]: i for i, r in enumerate(rows) if r["category"] == "cpu_op" and r["correlation"]}
+    for r in rows:
+        linked = r.pop("_linked", 0)
+        if linked and linked in op_by_corr:
+            r["parent"] = op_by_corr[linked]
+    steps = sorted((r["start_us"], r["end_us"]) for r in rows
+                   if r["category"] == "annotation" and r["name"].startswith(STEP_PREFIX))
+    if not steps:
+        raise RuntimeError("the profiler recorded no step annotations; is another profiler already running?")
+    _link_parents(rows)
+    for r in rows:
+        r["step"] = _step_of(r["start_us"], steps)
+        if r["category"] in ("cpu_op", "sync", "runtime"):
+            r["stack"] = _python_stack(rows, r)
+    return ProfileTrace(kind=kind, steps=steps, events=[TraceEvent(**r) for r in rows], device=device)
+
+
+def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
+    # Steps are contiguous in the loop; an event belongs to the last step started before it.
+    if t < steps[0][0]:
+        return None
+    idx = 0
+    for i, (s, _) in enumerate(steps):
+        if s <= t:
+            idx = i
+    return idx
+
+
+def _link_parents(rows: list[dict[str, Any]]) -> None:
+    # Parent = innermost enclosing host event on the same thread (python, op or annotation).
+    by_thread: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["category"] in ("python", "cpu_op", "annotation", "runtime", "sync"):
+            by_thread.setdefault(r["thread"], []).append(i)
+    for idxs in by_thread.values():
+        idxs.sort(key=lambda i: (rows[i]["start_us"], -rows[i]["end_us"]))
+        open_: list[int] = []
+        for i in idxs:
+            while open_ and rows[open_[-1]]["end_us"] <= rows[i]["start_us"]:
+                open_.pop()
+            # Events can overlap without nesting (record_function starts inside the Python
+            # call that enters it): the parent is the innermost open event containing it.
+            for j in reversed(open_):
+                if rows[i]["end_us"] <= rows[j]["end_us"]:
+                    rows[i]["parent"] = j
+                    break
+            open_.append(i)
+
+
+def _python_stack(rows: list[dict[str, Any]], row: dict[str, Any]) -> tuple[str, ...]:
+    frames = []
+    p = row.get("parent")
+    while p is not None:
+        if rows[p]["category"] == "python":
+            frames.append(rows[p]["name"])
+        p = rows[p].get("parent")
+    return tuple(frames)
+
+
+class _CallLineRecorder(TorchDispatchMode):
+    """For every ATen op call: the Python frames (file, first line, call line) that led to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: Counter[tuple[str, str, int, int]] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = f"{getattr(func, 'namespace', 'aten')}::{func.overloadpacket.__name__}"
+        frame = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            self.lines[(op, code.co_filename, code.co_firstlineno, frame.f_lineno)] += 1
+            frame = frame.f_back
+        return func(*args, **(kwargs or {}))
+
+
+def record_call_lines(step: Callable[[], Any]) -> dict[tuple[str, str, int], dict[int, int]]:
+    """Run one ``step`` under a dispatch mode and return exact call lines.
+
+    The profiler names a Python frame by its function's *first* line; this maps
+    ``(op, file, first line)`` to ``{call line: calls}`` so a finding can name the line itself.
+    Ops reached only through composite ones are named as they reach the dispatcher (``.item()``
+    appears as ``aten::_local_scalar_dense``). Backward ops have no Python frames.
+    """
+    rec = _CallLineRecorder()
+    with rec:
+        step()
+    out: dict[tuple[str, str, int], dict[int, int]] = {}
+    for (op, file, first, line), n in rec.lines.items():
+        out.setdefault((op, file, first), {})[line] = out.get((op, file, first), {}).get(line, 0) + n
+    return out
+
+
+def model_source_files(workload: "Workload", builder: Callable[..., Any] | None = None) -> tuple[str, ...]:
+    """Source files of the model: its builder, workload class and module classes (not torch's,
+    not torchgauge's generic workload), where a finding's source line is looked for."""
+    import inspect
+
+    from ..workload import Workload
+
+    torch_dir = os.path.dirname(torch.__file__)
+    generic = os.path.abspath(inspect.getsourcefile(Workload) or "")
+    files: list[str] = []
+    for obj in (builder, type(workload), *(type(m) for m in workload.module.modules())):
+        if obj is None:
+            continue
+        try:
+            path = inspect.getsourcefile(inspect.unwrap(obj))
+        except TypeError:  # built-in classes
+            continue
+        if path and not path.startswith(torch_dir) and os.path.abspath(path) != generic and path not in files:
+            files.append(os.path.abspath(path))
+    return tuple(files)
+
+
+def profile_for_diagnosis(workload: "Workload", steps: int = 3, *, warmup: int = 2,
+                          builder: Callable[..., Any] | None = None,
+                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, dict, tuple[str, ...]]:
+    """Warm up, then profile ``steps`` steps with Python stacks and record exact call lines.
+
+    Returns:
+        (trace, call_lines, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`.
+    """
+    for _ in range(warmup):
+        workload.step()
+    device_sync(workload.device)()
+    trace = profile_workload(workload, steps, with_stack=True, trace_path=trace_path)
+    call_lines = record_call_lines(workload.step)
+    return trace, call_lines, model_source_files(workload, builder)

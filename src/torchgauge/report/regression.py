@@ -1,0 +1,137 @@
+"""Present a :class:`~torchgauge.compare.regression.Comparison`: Markdown (a GitHub issue body) and JSON.
+
+The Markdown is self-contained so ``gh issue create --body-file report.md`` needs nothing
+else: a summary line, the regression table (model, config, metric, base, new, change,
+p-value), improvements, new failures and fixes, configurations that could not be compared,
+and both environments side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from ..compare.regression import Comparison, Finding, StatusChange
+
+__all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "format_value", "render_markdown"]
+
+FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-value")
+# Environment fields shown side by side, in this order (the JSON keeps the whole env).
+ENV_KEYS = ("torch_version", "torch_git_version", "python_version", "cuda_version", "gpu_name", "gpu_driver",
+            "cpu_model", "cpu_count", "torch_num_threads", "hostname", "machine_fingerprint", "platform")
+_UNITS = {"time_ms": "ms", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB", "leak": "MiB/iter"}
+
+
+def format_value(metric: str, value: float | None) -> str:
+    """A value with its unit: ``12.35 ms``, ``512 MiB``, ``1,234,567`` for counts."""
+    if value is None:
+        return "-"
+    unit = _UNITS.get(metric)
+    if unit is None:  # deterministic counts
+        return f"{value:,.0f}"
+    if unit == "MiB":
+        return f"{value:,.1f} {unit}"
+    return f"{value:.4g} {unit}"
+
+
+def _change(f: Finding) -> str:
+    if f.metric == "leak":
+        return "leak" if f.detail.get("new_leaking") else "no leak"
+    return "-" if f.change is None else f"{f.change:+.1%}"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def _config(f: Finding | StatusChange) -> str:
+    c = f.config
+    bs = "" if c.batch_size is None else f" bs={c.batch_size}"
+    return f"{c.mode}/{c.device}/{c.precision}/{c.backend}{bs}"
+
+
+def finding_rows(findings: Iterable[Finding]) -> list[list[str]]:
+    """Rows of :data:`FINDING_COLUMNS`, formatted for people (Markdown and terminal)."""
+    return [[f.config.model, _config(f), f.metric, format_value(f.metric, f.base), format_value(f.metric, f.new),
+             _change(f), _p(f.p_value)] for f in findings]
+
+
+def _table(columns: Iterable[str], rows: list[list[str]]) -> list[str]:
+    cols = list(columns)
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    out += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    return out
+
+
+# Changed operators listed per finding in the Markdown (the JSON keeps them all).
+MAX_OPS_SHOWN = 12
+
+
+def _ops_lines(findings: Iterable[Finding]) -> list[str]:
+    out = []
+    for f in findings:
+        ops = f.detail.get("ops") if f.metric == "op_counts" else None
+        if ops:
+            shown = [f"`{op}` {v['base']} -> {v['new']}" for op, v in list(ops.items())[:MAX_OPS_SHOWN]]
+            more = f" and {len(ops) - MAX_OPS_SHOWN} more" if len(ops) > MAX_OPS_SHOWN else ""
+            out.append(f"- `{f.config.model}` {_config(f)}: " + ", ".join(shown) + more)
+    return out
+
+
+def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str = "new") -> str:
+    """The comparison as a Markdown document (a GitHub issue body).
+
+    Args:
+        cmp: from :func:`~torchgauge.compare.regression.compare_results`.
+        base_label, new_label: how the two sides are named (file names, run ids).
+    """
+    n_reg, n_imp = len(cmp.regressions), len(cmp.improvements)
+    verdict = "regressions found" if n_reg else "no regression"
+    lines = [
+        f"# torchgauge: {verdict} ({new_label} vs {base_label})",
+        "",
+        f"**{n_reg} regression(s), {n_imp} improvement(s), {len(cmp.new_failures)} new failure(s), "
+        f"{len(cmp.fixes)} fix(es)** across {cmp.compared} compared configuration(s); "
+        f"threshold {cmp.threshold:.1%}, alpha {cmp.alpha:g} after {cmp.correction} correction "
+        f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
+        "",
+    ]
+    for title, findings in (("Regressions", cmp.regressions), ("Improvements", cmp.improvements)):
+        lines.append(f"## {title}")
+        lines.append("")
+        lines += _table(FINDING_COLUMNS, finding_rows(findings)) if findings else ["None."]
+        ops = _ops_lines(findings)
+        if ops:
+            lines += ["", "Operators whose counts changed:", *ops]
+        lines.append("")
+    lines += ["## New failures and fixes", ""]
+    status_rows = [[s.config.model, _config(s), s.base_status, s.new_status, kind, (s.error or "")[:120]]
+                   for kind, group in (("new failure", cmp.new_failures), ("fix", cmp.fixes)) for s in group]
+    lines += _table(("model", "config", base_label, new_label, "kind", "error"), status_rows) if status_rows else ["None."]
+    lines.append("")
+    if cmp.unmatched:
+        lines += ["<details><summary>Not compared ({})</summary>".format(len(cmp.unmatched)), ""]
+        lines += _table(("model", "config", "reason"), [[u.model, u.config, u.detail] for u in cmp.unmatched])
+        lines += ["", "</details>", ""]
+    lines += ["## Environments", ""]
+    env_rows = [[k, str(cmp.base_env.get(k, "-")), str(cmp.new_env.get(k, "-"))] for k in ENV_KEYS
+                if k in cmp.base_env or k in cmp.new_env]
+    lines += _table(("", base_label, new_label), env_rows) if env_rows else ["No environment recorded."]
+    return "\n".join(lines) + "\n"
+
+
+def comparison_json(cmp: Comparison, *, base_label: str = "base", new_label: str = "new") -> str:
+    """The comparison as strict JSON (``regressions``/``improvements`` entries start with FINDING_KEYS)."""
+    doc: dict[str, Any] = {"base": base_label, "new": new_label, **cmp.to_dict()}
+    return json.dumps(_finite(doc), indent=1, allow_nan=False, default=str)
+
+
+def _finite(obj: Any) -> Any:
+    # inf (a change from 0) and NaN are not JSON: they become null
+    if isinstance(obj, float):
+        return obj if obj == obj and abs(obj) != float("inf") else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -1,0 +1,407 @@
+"""The history store: every run's record, raw samples and environment in one SQLite file.
+
+Layout (``STORE_SCHEMA_VERSION``)::
+
+    meta(key, value)                       -- "schema_version"
+    environments(id, env_hash UNIQUE, torch_version, torch_git_version,
+                 machine_fingerprint, device_name, env_json)
+    suites(id, created_at, torchgauge_version, env_id, source)
+                                           -- one `torchgauge run` (or import): a "run id"
+    runs(id, suite_id, env_id, model, domain, mode, device, precision, backend,
+         batch_size, requested_batch_size, size, repeat, warmup, seed, status, error,
+         started_at, wall_s, requested_metrics_json, options_json, model_kwargs_json,
+         metrics_json, samples_json)       -- one RunRecord; samples_json holds the raw
+                                           -- time samples that metrics_json leaves out
+
+The database runs in WAL mode and every :meth:`Store.add_run` is its own transaction, so a
+writer killed at any point loses at most the run it was writing (tests/results/test_store.py
+kills one with SIGKILL). Several readers and one writer may use the file at once.
+
+Example:
+    >>> with Store(tmp / "history.sqlite") as store:  # doctest: +SKIP
+    ...     suite = store.begin_suite(results.env)
+    ...     for record in results.runs:
+    ...         store.add_run(suite, record)
+    ...     again = store.load(suite)  # a ResultsFile
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .schema import ResultsFile, RunConfig, RunRecord, SchemaError
+
+__all__ = [
+    "DB_ENV_VAR",
+    "METRIC_PATHS",
+    "STORE_SCHEMA_VERSION",
+    "SeriesPoint",
+    "Store",
+    "StoreError",
+    "SuiteInfo",
+    "default_db_path",
+    "metric_value",
+]
+
+STORE_SCHEMA_VERSION = 1
+# Environment variable naming the database (overrides the XDG default).
+DB_ENV_VAR = "TORCHGAUGE_DB"
+# Seconds a writer waits for another writer's lock before failing.
+BUSY_TIMEOUT_S = 30.0
+# metric name accepted by `history --metric` -> path of its scalar in RunRecord.metrics
+METRIC_PATHS: dict[str, tuple[str, ...]] = {
+    "time": ("time_ms", "median"),
+    "cpu_peak_mb": ("cpu_peak_mb",),
+    "gpu_peak_mb": ("gpu_peak_mb",),
+    "instructions": ("instructions", "per_step"),
+    "op_counts": ("op_counts", "total"),
+    "flops": ("flops", "total"),
+    "tflops": ("flops", "tflops"),
+    "compile_s": ("compile", "compile_s"),
+}
+_SAMPLE_KEYS = ("samples", "warmup_samples")  # lists moved from metrics_json["time_ms"] to samples_json
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS environments (
+    id INTEGER PRIMARY KEY,
+    env_hash TEXT NOT NULL UNIQUE,
+    torch_version TEXT,
+    torch_git_version TEXT,
+    machine_fingerprint TEXT,
+    device_name TEXT,
+    env_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS suites (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    torchgauge_version TEXT,
+    env_id INTEGER NOT NULL REFERENCES environments(id),
+    source TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    suite_id INTEGER NOT NULL REFERENCES suites(id),
+    env_id INTEGER NOT NULL REFERENCES environments(id),
+    model TEXT NOT NULL, domain TEXT, mode TEXT NOT NULL, device TEXT NOT NULL,
+    precision TEXT NOT NULL, backend TEXT NOT NULL,
+    batch_size INTEGER, requested_batch_size INTEGER, size TEXT,
+    repeat INTEGER, warmup INTEGER, seed INTEGER,
+    status TEXT NOT NULL, error TEXT, started_at TEXT, wall_s REAL,
+    requested_metrics_json TEXT, options_json TEXT, model_kwargs_json TEXT,
+    metrics_json TEXT NOT NULL, samples_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_config ON runs (model, mode, device, precision, backend);
+CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite_id);
+"""
+
+
+class StoreError(ValueError):
+    """The database cannot be used as asked (missing, newer schema, unknown run id)."""
+
+
+def default_db_path() -> Path:
+    """``$TORCHGAUGE_DB``, else ``$XDG_DATA_HOME/torchgauge/history.sqlite`` (``~/.local/share`` by default)."""
+    if os.environ.get(DB_ENV_VAR):
+        return Path(os.environ[DB_ENV_VAR]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "torchgauge" / "history.sqlite"
+
+
+def metric_value(metrics: Mapping[str, Any], metric: str) -> float | None:
+    """The scalar of ``metric`` (a key of :data:`METRIC_PATHS`) in a record's metrics, or None.
+
+    ``time`` falls back to the median of the raw samples when no summary was stored.
+    """
+    if metric not in METRIC_PATHS:
+        raise ValueError(f"unknown metric {metric!r}; accepted: {', '.join(METRIC_PATHS)}")
+    value: Any = metrics
+    for part in METRIC_PATHS[metric]:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if value is None and metric == "time":
+        samples = [float(s) for s in (metrics.get("time_ms") or {}).get("samples") or [] if s is not None]
+        if samples:
+            from ..stats.compare import median
+
+            value = median(samples)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class SuiteInfo:
+    """One stored suite (a `torchgauge run` invocation or an imported results file)."""
+
+    id: int
+    created_at: str
+    source: str
+    runs: int
+    torch_version: str | None
+    torch_git_version: str | None
+    machine_fingerprint: str | None
+    device_name: str | None
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One run of a configuration in time order (see :meth:`Store.series`)."""
+
+    run_id: int
+    suite_id: int
+    created_at: str
+    torch_version: str | None
+    torch_git_version: str | None
+    status: str
+    metrics: dict[str, Any]
+    config: RunConfig
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Store:
+    """A SQLite history database (see the module docstring for the layout).
+
+    Args:
+        path: database file; parent directories are created.
+        create: False to refuse a missing file (readers) instead of creating an empty one.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+        self.path = Path(path).expanduser()
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # isolation_level=None: no implicit transactions; each write opens its own below.
+            self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # WAL + FULL: a commit survives power loss too
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a torchgauge history database: {exc}") from None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _transaction(self) -> "_Tx":
+        return _Tx(self._conn)
+
+    def _init_schema(self) -> None:
+        with self._transaction():
+            for statement in filter(str.strip, _DDL.split(";")):
+                self._conn.execute(statement)
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(STORE_SCHEMA_VERSION),))
+            elif int(row[0]) > STORE_SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has store schema {row[0]}, newer than this torchgauge "
+                                 f"supports ({STORE_SCHEMA_VERSION}); upgrade torchgauge")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _env_id(self, env: Mapping[str, Any]) -> int:
+        text = _dumps(dict(env))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        row = self._conn.execute("SELECT id FROM environments WHERE env_hash = ?", (digest,)).fetchone()
+        if row:
+            return int(row[0])
+        device = env.get("gpu_name") or env.get("cpu_model")
+        cur = self._conn.execute(
+            "INSERT INTO environments (env_hash, torch_version, torch_git_version, machine_fingerprint, device_name, env_json)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (digest, env.get("torch_version"), env.get("torch_git_version"), env.get("machine_fingerprint"), device, text),
+        )
+        return int(cur.lastrowid)
+
+    def begin_suite(self, env: Mapping[str, Any], *, source: str = "run", torchgauge_version: str = "",
+                    created_at: str | None = None) -> int:
+        """Record a new suite (before its runs) and return its id, the "run id" users see."""
+        with self._transaction():
+            env_id = self._env_id(env)
+            cur = self._conn.execute(
+                "INSERT INTO suites (created_at, torchgauge_version, env_id, source) VALUES (?, ?, ?, ?)",
+                (created_at or _now(), torchgauge_version, env_id, source),
+            )
+            return int(cur.lastrowid)
+
+    def add_run(self, suite_id: int, record: RunRecord) -> int:
+        """Insert one record in its own transaction; returns its row id."""
+        with self._transaction():
+            return self._insert_run(suite_id, record)
+
+    def _insert_run(self, suite_id: int, record: RunRecord) -> int:
+        row = self._conn.execute("SELECT env_id FROM suites WHERE id = ?", (suite_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no stored run {suite_id}")
+        env_id = self._env_id(record.env) if record.env else int(row[0])
+        metrics = dict(record.metrics)
+        samples: dict[str, Any] = {}
+        if isinstance(metrics.get("time_ms"), Mapping):
+            time_ms = dict(metrics["time_ms"])
+            samples = {k: time_ms.pop(k) for k in _SAMPLE_KEYS if k in time_ms}
+            metrics["time_ms"] = time_ms
+        c = record.config
+        cur = self._conn.execute(
+            "INSERT INTO runs (suite_id, env_id, model, domain, mode, device, precision, backend, batch_size,"
+            " requested_batch_size, size, repeat, warmup, seed, status, error, started_at, wall_s,"
+            " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (suite_id, env_id, c.model, record.domain, c.mode, c.device, c.precision, c.backend,
+             record.batch_size, c.batch_size, c.size, c.repeat, c.warmup, c.seed, record.status, record.error,
+             record.started_at, record.wall_s, _dumps(list(c.metrics)), _dumps(dict(c.options)),
+             _dumps(dict(c.model_kwargs)), _dumps(metrics), _dumps(samples)),
+        )
+        return int(cur.lastrowid)
+
+    def save(self, results: ResultsFile, *, source: str = "import") -> int:
+        """Store a whole results file atomically (one transaction); returns the new run id."""
+        with self._transaction():
+            env_id = self._env_id(results.env)
+            cur = self._conn.execute(
+                "INSERT INTO suites (created_at, torchgauge_version, env_id, source) VALUES (?, ?, ?, ?)",
+                (results.created_at or _now(), results.torchgauge_version, env_id, source),
+            )
+            suite_id = int(cur.lastrowid)
+            for record in results.runs:
+                self._insert_run(suite_id, record)
+        return suite_id
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def suites(self, *, machine: str | None = None) -> list[SuiteInfo]:
+        """Stored suites, oldest first; ``machine`` restricts to one machine fingerprint."""
+        sql = ("SELECT s.id, s.created_at, s.source, (SELECT COUNT(*) FROM runs r WHERE r.suite_id = s.id),"
+               " e.torch_version, e.torch_git_version, e.machine_fingerprint, e.device_name"
+               " FROM suites s JOIN environments e ON e.id = s.env_id")
+        args: tuple = ()
+        if machine:
+            sql += " WHERE e.machine_fingerprint = ?"
+            args = (machine,)
+        return [SuiteInfo(*row) for row in self._conn.execute(sql + " ORDER BY s.id", args)]
+
+    def latest_ids(self, *, machine: str | None = None, count: int = 2) -> list[int]:
+        """Ids of the ``count`` newest suites holding at least one run (newest first)."""
+        ids = [s.id for s in self.suites(machine=machine) if s.runs]
+        return ids[::-1][:count]
+
+    def resolve(self, ref: str, *, machine: str | None = None) -> int:
+        """A run id from ``"latest"``, ``"previous"`` or a number; raises StoreError if absent."""
+        if ref in ("latest", "previous"):
+            ids = self.latest_ids(machine=machine, count=2)
+            pos = 0 if ref == "latest" else 1
+            if len(ids) <= pos:
+                where = f" for machine {machine}" if machine else ""
+                raise StoreError(f"no {ref} run{where} in {self.path} ({len(ids)} stored)")
+            return ids[pos]
+        try:
+            suite_id = int(ref)
+        except ValueError:
+            raise StoreError(f"invalid run reference {ref!r}; accepted: a run id, latest or previous") from None
+        if self._conn.execute("SELECT 1 FROM suites WHERE id = ?", (suite_id,)).fetchone() is None:
+            raise StoreError(f"no stored run {suite_id} in {self.path}")
+        return suite_id
+
+    def load(self, suite_id: int) -> ResultsFile:
+        """A stored suite as a ResultsFile (runs whose environment differs carry their own env)."""
+        row = self._conn.execute(
+            "SELECT s.created_at, s.torchgauge_version, s.env_id, e.env_json FROM suites s"
+            " JOIN environments e ON e.id = s.env_id WHERE s.id = ?", (suite_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no stored run {suite_id} in {self.path}")
+        created_at, version, env_id, env_json = row
+        runs = [self._record(r, suite_env_id=env_id) for r in self._runs("WHERE r.suite_id = ?", (suite_id,))]
+        return ResultsFile(env=json.loads(env_json), runs=runs, created_at=created_at, torchgauge_version=version or "")
+
+    def series(self, model: str, *, mode: str | None = None, device: str | None = None, precision: str | None = None,
+               backend: str | None = None, machine: str | None = None) -> list[SeriesPoint]:
+        """Every stored run of ``model`` (optionally one mode/device/...), oldest first."""
+        where, args = ["r.model = ?"], [model]
+        for column, value in (("r.mode", mode), ("r.device", device), ("r.precision", precision),
+                              ("r.backend", backend), ("e.machine_fingerprint", machine)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        out = []
+        for r in self._runs("WHERE " + " AND ".join(where), tuple(args)):
+            rec = self._record(r, suite_env_id=None)
+            out.append(SeriesPoint(r["id"], r["suite_id"], r["suite_created_at"], r["torch_version"],
+                                   r["torch_git_version"], rec.status, rec.metrics, rec.config))
+        return out
+
+    def _runs(self, where: str, args: tuple) -> list[sqlite3.Row]:
+        cur = self._conn.cursor()
+        cur.row_factory = sqlite3.Row  # this cursor only: other queries keep plain tuples
+        return cur.execute(
+            "SELECT r.*, s.created_at AS suite_created_at, e.torch_version, e.torch_git_version,"
+            " e.machine_fingerprint, e.env_json FROM runs r JOIN suites s ON s.id = r.suite_id"
+            f" JOIN environments e ON e.id = r.env_id {where} ORDER BY r.suite_id, r.id", args).fetchall()
+
+    @staticmethod
+    def _record(row: sqlite3.Row, *, suite_env_id: int | None) -> RunRecord:
+        metrics = json.loads(row["metrics_json"])
+        samples = json.loads(row["samples_json"])
+        if samples:
+            metrics.setdefault("time_ms", {}).update(samples)
+        config = RunConfig(
+            model=row["model"], mode=row["mode"], device=row["device"], precision=row["precision"],
+            backend=row["backend"], batch_size=row["requested_batch_size"], size=row["size"] or "full",
+            repeat=row["repeat"] if row["repeat"] is not None else 10,
+            warmup=row["warmup"] if row["warmup"] is not None else 3,
+            seed=row["seed"] or 0,
+            metrics=tuple(json.loads(row["requested_metrics_json"] or "[]")) or ("time", "memory"),
+            options=json.loads(row["options_json"] or "{}"),
+            model_kwargs=json.loads(row["model_kwargs_json"] or "{}"),
+        )
+        try:
+            return RunRecord(
+                config=config, status=row["status"], domain=row["domain"] or "", error=row["error"], metrics=metrics,
+                batch_size=row["batch_size"], started_at=row["started_at"] or "", wall_s=row["wall_s"] or 0.0,
+                env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
+            )
+        except SchemaError as exc:  # a status written by a newer torchgauge
+            raise StoreError(f"stored run {row['id']}: {exc}") from None
+
+
+class _Tx:
+    """``with`` block around BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error); nests as a no-op."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.outer = False
+
+    def __enter__(self) -> None:
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.outer = True
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if not self.outer:
+            return
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,166 @@
+"""Inference batch-size search: the doubling schedule, when to stop, and which size to pick.
+
+The TorchBench paper (sec. 2.2) starts inference at batch size 1 and doubles it until the
+device runs out of memory, then keeps the size with the highest throughput. These are the
+pure parts of that search (no torch, no I/O), so they can be tested on known curves;
+:mod:`torchgauge.tune_batch` runs the measurements.
+
+Example:
+    >>> pts = [BatchPoint(1, "ok", 2.0), BatchPoint(2, "ok", 2.5), BatchPoint(4, "ok", 8.0),
+    ...        BatchPoint(8, "oom")]
+    >>> choose_batch_size(pts).batch_size  # 500, 800, 500 samples/s
+    2
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+__all__ = [
+    "DEFAULT_WITHIN",
+    "STOP_REASONS",
+    "BatchChoice",
+    "BatchPoint",
+    "choose_batch_size",
+    "next_batch_size",
+    "stop_reason",
+    "throughput",
+]
+
+# Relative throughput loss accepted for a smaller batch: 0.0 picks the strict maximum (the
+# paper's rule); e.g. 0.05 picks the smallest size within 5% of the best, which saves
+# memory and latency when the curve has flattened out.
+DEFAULT_WITHIN = 0.0
+# Why a search ended.
+STOP_REASONS = ("oom", "max_batch", "budget", "failed")
+
+
+def throughput(batch_size: int, median_ms: float) -> float:
+    """Samples per second of one step of ``batch_size`` samples taking ``median_ms``.
+
+    Example:
+        >>> throughput(32, 16.0)
+        2000.0
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    if not median_ms > 0 or math.isinf(median_ms):
+        raise ValueError(f"median time must be a positive finite number of ms, got {median_ms}")
+    return batch_size * 1000.0 / median_ms
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One measured size of the curve; failed sizes have no time."""
+
+    batch_size: int
+    status: str  # a RunRecord status: "ok", "oom", "timeout", "error", ...
+    median_ms: float | None = None  # median step time; None unless status is "ok"
+    cpu_peak_mb: float | None = None
+    gpu_peak_mb: float | None = None
+    error: str | None = None  # last line of the error of a failed size
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.median_ms is not None
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples/s, or None for a failed size."""
+        return throughput(self.batch_size, self.median_ms) if self.ok else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "throughput": self.throughput}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "BatchPoint":
+        return cls(**{k: doc.get(k) for k in ("batch_size", "status", "median_ms", "cpu_peak_mb", "gpu_peak_mb", "error")})
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """The chosen size of a curve."""
+
+    batch_size: int
+    throughput: float  # samples/s at the chosen size
+    best_batch_size: int  # size of the strict maximum (differs only with within > 0)
+    best_throughput: float
+    within: float  # the tolerance the choice was made with
+
+
+def next_batch_size(current: int, max_batch: int | None = None) -> int | None:
+    """The size after ``current``: double it, clamped to ``max_batch`` (tried last).
+
+    Returns None when ``current`` already reached ``max_batch``.
+
+    Example:
+        >>> [next_batch_size(b, 100) for b in (1, 32, 64, 100)]
+        [2, 64, 100, None]
+    """
+    if current < 1:
+        raise ValueError(f"batch size must be >= 1, got {current}")
+    if max_batch is not None and current >= max_batch:
+        return None
+    nxt = current * 2
+    return nxt if max_batch is None else min(nxt, max_batch)
+
+
+def stop_reason(
+    point: BatchPoint,
+    *,
+    max_batch: int | None,
+    elapsed_s: float,
+    budget_s: float | None,
+) -> str | None:
+    """Why the search ends after measuring ``point``, or None to go on doubling.
+
+    A failed size ends it: ``oom`` (the paper's stop), a ``timeout`` counts as ``budget``
+    (the runner's timeout is the budget left), anything else is ``failed``. Otherwise it
+    ends at ``max_batch`` or once ``elapsed_s`` has used up ``budget_s``.
+    """
+    if point.status == "oom":
+        return "oom"
+    if point.status == "timeout":
+        return "budget"
+    if not point.ok:
+        return "failed"
+    if next_batch_size(point.batch_size, max_batch) is None:
+        return "max_batch"
+    if budget_s is not None and elapsed_s >= budget_s:
+        return "budget"
+    return None
+
+
+def choose_batch_size(points: Sequence[BatchPoint], within: float = DEFAULT_WITHIN) -> BatchChoice | None:
+    """The size with the highest throughput among the successful points.
+
+    Args:
+        points: the measured curve, any order; failed sizes are ignored.
+        within: relative throughput loss accepted for a smaller size (0 = strict maximum).
+            Ties at equal throughput go to the smaller size.
+
+    Returns:
+        A :class:`BatchChoice`, or None when no size succeeded.
+
+    Example:
+        >>> pts = [BatchPoint(1, "ok", 1.0), BatchPoint(2, "ok", 1.05), BatchPoint(4, "ok", 2.0)]
+        >>> choose_batch_size(pts).batch_size, choose_batch_size(pts, within=0.05).batch_size
+        (4, 2)
+    """
+    if not 0.0 <= within < 1.0:
+        raise ValueError(f"within must be in [0, 1), got {within}")
+    good = sorted((p for p in points if p.ok), key=lambda p: p.batch_size)
+    if not good:
+        return None
+    best = max(good, key=lambda p: (p.throughput, -p.batch_size))
+    floor = best.throughput * (1.0 - within)
+    chosen = next(p for p in good if p.throughput >= floor)
+    return BatchChoice(
+        batch_size=chosen.batch_size,
+        throughput=chosen.throughput,
+        best_batch_size=best.batch_size,
+        best_throughput=best.throughput,
+        within=within,
+    )

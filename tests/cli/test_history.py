@@ -1,0 +1,107 @@
+"""``torchgauge history``, ``import`` and ``export`` on a small stored history."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord, load_results
+
+
+def _file(path, level: float, git: str, *, status: str = "ok") -> None:
+    metrics = {"time_ms": {"samples": [level * f for f in (0.99, 1.0, 1.01)], "median": level}, "cpu_peak_mb": 400.0}
+    runs = [RunRecord(RunConfig("resnet18", mode="eval"), status, metrics=metrics if status == "ok" else {}, batch_size=2),
+            RunRecord(RunConfig("resnet18", mode="train"), "ok", metrics={"time_ms": {"samples": [50.0], "median": 50.0}})]
+    ResultsFile(env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1"}, runs=runs).write(path)
+
+
+@pytest.fixture
+def db(cli, tmp_path):
+    levels = [10.0, 10.1, 9.9, 10.0, 12.0, 12.1, 11.9, 12.0]
+    paths = []
+    for i, level in enumerate(levels):
+        paths.append(tmp_path / f"r{i}.json")
+        _file(paths[-1], level, f"sha{i}", status="error" if i == 2 else "ok")
+    db = tmp_path / "h.sqlite"
+    code, _, err = cli("import", *map(str, paths), "--db", str(db))
+    assert code == 0 and err.count("stored as run") == len(levels)
+    return db
+
+
+def test_history_marks_the_step(cli, db) -> None:
+    code, stdout, _ = cli("history", "resnet18", "--mode", "eval", "--db", str(db), "--json")
+    assert code == 0
+    (table,) = json.loads(stdout)
+    assert table["config"] == "eval/cpu/fp32/eager"
+    assert [r[0] for r in table["rows"]] == list(range(1, 9))
+    assert table["rows"][2][4] == "error" and table["rows"][2][5] is None  # the failed run keeps its row
+    (step,) = table["steps"]
+    assert (step["run"], step["kind"]) == (5, "regression") and step["change"] == pytest.approx(0.2, abs=0.01)
+    code, stdout, _ = cli("history", "resnet18", "--db", str(db))
+    assert code == 0 and "regression +20" in stdout and "eval/cpu/fp32/eager" in stdout and "train/cpu" in stdout
+
+
+def test_history_other_metric_and_errors(cli, db, tmp_path) -> None:
+    code, stdout, _ = cli("history", "resnet18", "--mode", "eval", "--metric", "cpu_peak_mb", "--db", str(db), "--json")
+    assert code == 0 and json.loads(stdout)[0]["steps"] == []
+    code, _, err = cli("history", "vgg16", "--db", str(db))
+    assert code == 1 and "no stored run of 'vgg16'" in err
+    code, _, err = cli("history", "resnet18", "--db", str(tmp_path / "absent.sqlite"))
+    assert code == 1 and "no history database" in err
+    code, _, err = cli("history", "resnet18", "--metric", "speed", "--db", str(db))
+    assert code == 2 and "'speed' is not one of" in err
+
+
+def test_export_round_trip_and_list(cli, db, tmp_path) -> None:
+    out = tmp_path / "latest.json"
+    assert cli("export", "latest", "--db", str(db), "--output", str(out))[0] == 0
+    original = load_results(tmp_path / "r7.json")
+    assert [r.to_dict() for r in load_results(out).runs] == [r.to_dict() for r in original.runs]
+    code, stdout, _ = cli("export", "--list", "--db", str(db), "--json")
+    runs = json.loads(stdout)
+    assert code == 0 and [r["id"] for r in runs] == list(range(1, 9)) and runs[0]["source"].startswith("import:")
+    code, stdout, _ = cli("export", "3", "--db", str(db))
+    assert code == 0 and json.loads(stdout)["env"]["torch_git_version"] == "sha2"
+    assert cli("export", "--db", str(db))[0] == 2
+
+
+def test_import_rejects_a_bad_file_before_storing_anything(cli, tmp_path) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    _file(good, 1.0, "x")
+    bad.write_text('{"runs": []}')
+    db = tmp_path / "h.sqlite"
+    code, _, err = cli("import", str(good), str(bad), "--db", str(db))
+    assert code == 1 and "schema_version" in err and not db.exists()
+
+
+def test_import_merge_stores_shards_as_one_run(cli, tmp_path) -> None:
+    a, b = tmp_path / "shard-1.json", tmp_path / "shard-2.json"
+    _file(a, 1.0, "x")
+    _file(b, 2.0, "y")  # another env (git): its runs keep their own
+    db = tmp_path / "h.sqlite"
+    assert cli("import", str(a), str(b), "--merge", "--db", str(db))[0] == 0
+    code, stdout, _ = cli("export", "latest", "--db", str(db))
+    doc = json.loads(stdout)
+    assert code == 0 and len(doc["runs"]) == 4 and doc["env"]["torch_git_version"] == "x"
+    assert [r.get("env", {}).get("torch_git_version") for r in doc["runs"]] == [None, None, "y", "y"]
+
+
+def test_run_stores_each_finished_run(cli, tmp_path) -> None:
+    from pathlib import Path
+
+    from torchgauge.results.store import Store
+
+    planted = str(Path("tests/fixtures/planted_models.py").resolve())
+    db = tmp_path / "h.sqlite"
+    code, _, err = cli("run", "planted_ok", "planted_raises", "--model-file", planted, "--size", "smoke", "--mode", "eval",
+                       "--repeat", "2", "--warmup", "1", "--output", str(tmp_path / "r.json"), "--db", str(db),
+                       "--in-process")  # in-process: the store hook is the same, without a worker start-up
+    assert code == 1 and "stored as run 1" in err
+    with Store(db, create=False) as store:
+        stored = store.load(1)
+    assert {r.config.model: r.status for r in stored.runs} == {"planted_ok": "ok", "planted_raises": "error"}
+    assert len(stored.runs[0].metrics["time_ms"]["samples"]) == 2 and stored.env["torch_version"]
+    code, _, err = cli("run", "planted_ok", "--model-file", planted, "--size", "smoke", "--mode", "eval", "--repeat", "2",
+                       "--output", str(tmp_path / "r2.json"), "--db", str(db), "--no-db", "-q", "--in-process")
+    assert code == 0 and "stored as run" not in err

@@ -1,0 +1,105 @@
+"""Confirmation reruns with stand-in interpreters: orchestration, ABBA order, keep/dismiss."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import textwrap
+
+import pytest
+
+from torchgauge.compare.regression import compare_results
+from torchgauge.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
+from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+
+# Stands in for `python -m torchgauge.cli run MODEL... --mode M ... --output PATH`: writes a
+# results file whose per-process level is LEVEL (+-1% process noise) and logs its call.
+_FAKE = textwrap.dedent("""\
+    #!{python}
+    import json, random, sys
+    args = sys.argv[1:]
+    assert args[:3] == ["-m", "torchgauge.cli", "run"], args
+    out = args[args.index("--output") + 1]
+    mode = args[args.index("--mode") + 1]
+    models = args[3:args.index("--mode")]
+    with open({log!r}, "a") as fh:
+        fh.write({side!r} + " " + " ".join(models) + "\\n")
+    rng = random.Random()
+    runs = []
+    for m in models:
+        level = {levels!r}.get(m, 10.0) * (1 + 0.01 * rng.gauss(0, 1))
+        runs.append({{"model": m, "mode": mode, "device": "cpu", "status": "ok", "batch_size": 2, "requested_batch_size": None,
+                      "metrics": {{"time_ms": {{"samples": [level * (1 + 0.002 * rng.gauss(0, 1)) for _ in range(10)]}}}}}})
+    json.dump({{"schema_version": 1, "env": {{"side": {side!r}}}, "runs": runs}}, open(out, "w"))
+""")
+
+
+def _fake(tmp_path, side: str, levels: dict[str, float]) -> str:
+    path = tmp_path / f"python-{side}"
+    path.write_text(_FAKE.format(python=sys.executable, log=str(tmp_path / "calls.log"), side=side, levels=levels))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def _flagged() -> tuple:
+    def rf(level_a: float, level_b: float) -> ResultsFile:
+        runs = [RunRecord(RunConfig(m, mode="eval"), "ok", metrics={"time_ms": {"samples": [lv * (1 + 0.001 * i) for i in range(10)]}})
+                for m, lv in (("a", level_a), ("b", level_b))]
+        return ResultsFile(env={}, runs=runs)
+
+    cmp = compare_results(rf(10.0, 10.0), rf(12.0, 12.0))  # one base process vs one new: both flagged
+    assert {f.config.model for f in cmp.regressions} == {"a", "b"}
+    return cmp
+
+
+def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
+    # in fresh processes "a" really is 20% slower; "b" was a slow process
+    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {"a": 12.0}),
+                             rounds=5)
+    rounds_seen = []
+    out = confirm_comparison(_flagged(), request, on_round=lambda r, n: rounds_seen.append((r, n)))
+    assert [f.config.model for f in out.regressions] == ["a"] and [f.config.model for f in out.dismissed] == ["b"]
+    kept = out.regressions[0]
+    assert (kept.n_base, kept.n_new) == (5, 5) and kept.p_value < 0.01  # process medians, not pooled samples
+    assert kept.detail["first_change"] == pytest.approx(0.2, abs=0.01)
+    assert rounds_seen == [(r, 5) for r in range(1, 6)] and out.confirm_rounds == 5
+    calls = (tmp_path / "calls.log").read_text().split("\n")[:-1]
+    # ABBA order, one call per side and round
+    assert calls == ["base a b", "cand a b", "cand a b", "base a b"] * 2 + ["base a b", "cand a b"]
+
+
+def test_confirm_keeps_a_flag_it_could_not_remeasure(tmp_path) -> None:
+    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {}), rounds=2)
+    cmp = _flagged()
+    cmp.regressions = [f.__class__(f.config.with_(precision="bf16"), *[getattr(f, k) for k in
+                       ("metric", "base", "new", "change", "p_value", "verdict")]) for f in cmp.regressions[:1]]
+    out = confirm_comparison(cmp, request)  # the fake writes fp32 runs only: bf16 never comes back
+    assert len(out.regressions) == 1 and "not re-measured" in out.regressions[0].detail["confirmation"]
+
+
+def test_confirm_without_regressions_runs_nothing(tmp_path) -> None:
+    cmp = _flagged()
+    cmp.regressions = []
+    request = ConfirmRequest(baseline_python="/nonexistent/python", candidate_python="/nonexistent/python")
+    assert confirm_comparison(cmp, request) is cmp
+
+
+def test_confirm_reports_an_interpreter_that_cannot_run(tmp_path) -> None:
+    broken = tmp_path / "python-broken"
+    broken.write_text("#!/bin/sh\necho 'No module named torchgauge' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    request = ConfirmRequest(baseline_python=str(broken), candidate_python=str(broken), rounds=2)
+    with pytest.raises(ConfirmError, match="No module named torchgauge"):
+        confirm_comparison(_flagged(), request)
+
+
+def test_rerun_command_carries_the_configuration() -> None:
+    c = RunConfig("m", mode="train", batch_size=8, size="smoke", repeat=5, warmup=1, metrics=("time", "memory"))
+    cmd = rerun_command("py", [c, c.with_(model="k")], os.devnull, ConfirmRequest(model_files=("/x/models.py",)))
+    assert cmd[:6] == ["py", "-m", "torchgauge.cli", "run", "k", "m"]
+    joined = " ".join(cmd)
+    for part in ("--mode train", "--batch-size 8", "--size smoke", "--repeat 5", "--warmup 1", "--metrics time,memory",
+                 "--model-file /x/models.py", "--no-db", f"--output {os.devnull}"):
+        assert part in joined

@@ -1,0 +1,205 @@
+"""The performance-bug finder: planted workloads recorded on CPU, and synthetic CUDA traces.
+
+Every rule gets a positive case (the planted bug is found, with the source line that plants
+it) and a negative one (the clean twin triggers no rule at all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchgauge.compare.diagnose import (
+    HEAVY_TRAFFIC_MIN_BYTES,
+    IDLE_GAP_US,
+    RULES,
+    STORM_MIN_REPEATS,
+    TINY_COPY_BYTES,
+    TINY_OP_US,
+    diagnose,
+)
+from torchgauge.harness.events import ProfileTrace, TraceEvent
+
+FIXTURE = Path("tests/fixtures/planted_perf_bugs.py").resolve()
+FIXTURE_LINES = FIXTURE.read_text().splitlines()
+
+# planted model -> (rule it must trigger, operator, text on the reported source line)
+PLANTED = {
+    "planted_bug_zero_loop": ("launch_storm", "aten::zero_", "g.zero_()"),
+    "planted_bug_scalar_tensor": ("tiny_h2d", "aten::lift_fresh", "torch.tensor(float(self.d)"),
+    "planted_bug_offload": ("heavy_traffic", "aten::copy_", ".copy_("),
+    "planted_bug_sync": ("sync", "aten::item", ".item()"),
+    "planted_bug_idle": ("idle_gap", "<built-in function sleep>", "def forward"),
+}
+CLEAN = ["planted_clean_foreach_zero", "planted_clean_scalar", "planted_clean_resident", "planted_clean_nosync",
+         "planted_clean_busy"]
+
+
+@pytest.fixture(scope="module")
+def diagnosed():
+    """Diagnose every planted model once (about a second in all on CPU)."""
+    from torchgauge.diagnosis import diagnose_model
+    from torchgauge.registry import get_spec, load_model_file
+
+    load_model_file(FIXTURE)
+    out = {}
+    for name in [*PLANTED, *CLEAN]:
+        mode = get_spec(name).modes[0]
+        out[name] = diagnose_model(name, mode, "cpu", size="smoke")
+    return out
+
+
+def _line_of(source: str) -> str:
+    path, _, rest = source.partition(":")
+    assert Path(path).resolve() == FIXTURE, source
+    return FIXTURE_LINES[int(rest.split()[0]) - 1]
+
+
+@pytest.mark.parametrize("name", list(PLANTED))
+def test_planted_bug_is_found_exactly(diagnosed, name) -> None:
+    rule, operator, line_text = PLANTED[name]
+    findings = diagnosed[name].findings
+    assert {f.rule for f in findings} == {rule}, findings
+    (f,) = [f for f in findings if f.operator == operator]
+    assert f.operator == operator
+    assert f.count >= 1 and f.time_ms > 0
+    assert line_text in _line_of(f.source), f.source
+    assert f.message
+
+
+def test_zero_loop_counts_every_parameter(diagnosed) -> None:
+    from torchgauge.registry import create
+
+    n_params = len(list(create("planted_bug_zero_loop", size="smoke").module.parameters()))
+    (f,) = diagnosed["planted_bug_zero_loop"].findings
+    assert f.count == n_params
+    assert "torch._foreach_zero_" in f.message
+
+
+def test_sync_finds_item_and_nonzero_on_their_lines(diagnosed) -> None:
+    findings = {f.operator: f for f in diagnosed["planted_bug_sync"].findings}
+    assert set(findings) == {"aten::item", "aten::nonzero"}
+    assert "torch.nonzero" in _line_of(findings["aten::nonzero"].source)
+    assert all(f.count == 1 for f in findings.values())
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_twin_triggers_no_rule(diagnosed, name) -> None:
+    assert diagnosed[name].findings == []
+
+
+# -- synthetic traces: the CUDA branches and the thresholds ----------------------------------------
+def _ev(name, cat, s, e, **kw) -> TraceEvent:
+    return TraceEvent(name, cat, s, e, **{"step": 0, **kw})
+
+
+def _storm(n: int, gap: float = 1.0, dur: float = 2.0) -> list[TraceEvent]:
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(_ev("aten::zero_", "cpu_op", t, t + dur))
+        t += dur + gap
+    return out
+
+
+def test_storm_threshold_is_inclusive_and_needs_tiny_back_to_back_calls() -> None:
+    hit = diagnose(ProfileTrace("cpu", [(0, 1e4)], _storm(STORM_MIN_REPEATS)), rules=["launch_storm"])
+    assert [f.count for f in hit] == [STORM_MIN_REPEATS]
+    assert diagnose(ProfileTrace("cpu", [(0, 1e4)], _storm(STORM_MIN_REPEATS - 1)), rules=["launch_storm"]) == []
+    slow = _storm(STORM_MIN_REPEATS, dur=TINY_OP_US * 2)
+    assert diagnose(ProfileTrace("cpu", [(0, 1e5)], slow), rules=["launch_storm"]) == []
+    spread = _storm(STORM_MIN_REPEATS, gap=5000.0)
+    assert diagnose(ProfileTrace("cpu", [(0, 1e6)], spread), rules=["launch_storm"]) == []
+
+
+def test_storm_finds_a_multi_op_loop_body() -> None:
+    events, t = [], 0.0
+    for _ in range(STORM_MIN_REPEATS):
+        for name in ("aten::mul_", "aten::add_", "aten::add_"):
+            events.append(_ev(name, "cpu_op", t, t + 3))
+            t += 4
+    (f,) = diagnose(ProfileTrace("cpu", [(0, t)], events), rules=["launch_storm"])
+    assert f.operator == "aten::mul_ + aten::add_ + aten::add_" and f.count == STORM_MIN_REPEATS
+
+
+def _cuda_copy(i: int, start: float, nbytes: int, direction: str = "h2d") -> list[TraceEvent]:
+    # host op -> runtime call (child) -> device memcpy, linked by the correlation id
+    host = [_ev("aten::to", "cpu_op", start, start + 20, bytes=nbytes),
+            _ev("cudaMemcpyAsync", "runtime", start + 5, start + 15, correlation=100 + i, parent=None)]
+    name = {"h2d": "Memcpy HtoD (Pageable -> Device)", "d2h": "Memcpy DtoH (Device -> Pageable)"}[direction]
+    dev = _ev(name, "memcpy", start + 16, start + 18, device="cuda:0", thread=7, bytes=nbytes,
+              direction=direction, correlation=100 + i)
+    return [*host, dev]
+
+
+def _linked(events: list[TraceEvent]) -> list[TraceEvent]:
+    # Give each runtime call its preceding host op as parent (what profile.py derives from nesting).
+    out = []
+    for i, e in enumerate(events):
+        if e.category == "runtime":
+            e = TraceEvent(**{**e.__dict__, "parent": i - 1})
+        out.append(e)
+    return out
+
+
+def test_cuda_tiny_h2d_copies_are_found_and_large_ones_are_not() -> None:
+    tiny = _linked(_cuda_copy(0, 0, 4) + _cuda_copy(1, 100, 8) + _cuda_copy(2, 200, TINY_COPY_BYTES * 64))
+    kernels = [_ev("gemm", "kernel", 300, 900, device="cuda:0", thread=7)]
+    findings = diagnose(ProfileTrace("cuda", [(0, 1000)], tiny + kernels, device="cuda:0"), rules=["tiny_h2d"])
+    assert [(f.operator, f.count) for f in findings] == [("aten::to", 2)]
+    assert findings[0].time_ms == pytest.approx(0.040)  # two 20 us host copies per step
+    assert diagnose(ProfileTrace("cuda", [(0, 1000)], _linked(_cuda_copy(0, 0, TINY_COPY_BYTES + 1)) + kernels),
+                    rules=["tiny_h2d"]) == []
+
+
+def test_cuda_copy_linked_to_its_host_op_without_a_runtime_event() -> None:
+    # Kineto may link a device event straight to the launching op (profile.py sets ``parent``).
+    events = [_ev("aten::copy_", "cpu_op", 0, 30, bytes=4),
+              _ev("Memcpy HtoD (Pageable -> Device)", "memcpy", 31, 33, device="cuda:0", bytes=4, direction="h2d",
+                  parent=0)]
+    (f,) = diagnose(ProfileTrace("cuda", [(0, 100)], events), rules=["tiny_h2d"])
+    assert (f.operator, f.count, f.time_ms) == ("aten::copy_", 1, pytest.approx(0.030))
+
+
+def test_cuda_heavy_traffic_needs_both_bytes_and_time_relative_to_compute() -> None:
+    big = HEAVY_TRAFFIC_MIN_BYTES * 4
+    copies = [_ev("Memcpy HtoD", "memcpy", 0, 400, device="cuda:0", bytes=big, direction="h2d"),
+              _ev("Memcpy DtoH", "memcpy", 500, 900, device="cuda:0", bytes=big, direction="d2h")]
+    small_compute = [_ev("gemm", "kernel", 400, 500, device="cuda:0")]
+    (f,) = diagnose(ProfileTrace("cuda", [(0, 1000)], copies + small_compute), rules=["heavy_traffic"])
+    assert f.count == 2 and f.time_ms == pytest.approx(0.8)
+    long_compute = [_ev("gemm", "kernel", 1000, 9000, device="cuda:0")]
+    assert diagnose(ProfileTrace("cuda", [(0, 9000)], copies + long_compute), rules=["heavy_traffic"]) == []
+    few_bytes = [TraceEvent(**{**c.__dict__, "bytes": 1024}) for c in copies]
+    assert diagnose(ProfileTrace("cuda", [(0, 1000)], few_bytes + small_compute), rules=["heavy_traffic"]) == []
+
+
+def test_cuda_sync_is_attributed_to_the_operator_that_waited() -> None:
+    events = [_ev("aten::item", "cpu_op", 0, 100), _ev("aten::_local_scalar_dense", "cpu_op", 5, 95, parent=0),
+              _ev("cudaStreamSynchronize", "sync", 10, 90, parent=1),
+              _ev("gemm", "kernel", 0, 95, device="cuda:0")]
+    (f,) = diagnose(ProfileTrace("cuda", [(0, 100)], events), rules=["sync"])
+    assert (f.operator, f.count, f.time_ms) == ("aten::item", 1, pytest.approx(0.08))
+    no_sync = [e for e in events if e.category != "sync"]
+    assert diagnose(ProfileTrace("cuda", [(0, 100)], no_sync), rules=["sync"]) == []
+
+
+def test_cuda_idle_gap_on_the_device_timeline_recurring_every_step() -> None:
+    gap = IDLE_GAP_US * 2
+    events, steps, t = [], [], 0.0
+    for i in range(3):
+        events.append(_ev("gemm", "kernel", t, t + 500, device="cuda:0", step=i))
+        events.append(_ev("time.sleep", "python", t + 500, t + 500 + gap, step=i))
+        steps.append((t, t + 500 + gap))
+        t += 500 + gap
+    (f,) = diagnose(ProfileTrace("cuda", steps, events), rules=["idle_gap"])
+    assert f.operator == "time.sleep" and f.count == 1 and f.time_ms == pytest.approx(gap / 1e3)
+    # A single pause in one of three steps is noise, not a bug in the step.
+    once = [e for e in events if not (e.category == "python" and e.step > 0)]
+    once += [_ev("gemm", "kernel", s + 500, e, device="cuda:0", step=i) for i, (s, e) in enumerate(steps) if i > 0]
+    assert diagnose(ProfileTrace("cuda", steps, once), rules=["idle_gap"]) == []
+
+
+def test_unknown_rule_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown rule 'bogus'; accepted: " + ", ".join(RULES)):
+        diagnose(ProfileTrace("cpu", [(0, 1)], []), rules=["bogus"])

@@ -1,0 +1,128 @@
+"""compare_results on hand-made result sets with known answers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torchgauge.compare.regression import FINDING_KEYS, compare_results, parse_threshold
+from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+
+
+def _run(model: str, level: float | None = 10.0, *, mode: str = "eval", status: str = "ok", rel_sd: float = 0.01,
+         seed: int = 0, n: int = 10, **metrics) -> RunRecord:
+    rng = random.Random(f"{model}/{mode}/{level}/{seed}")  # str seeds are stable across processes
+    m = dict(metrics)
+    if level is not None and status in ("ok", "fail_accuracy"):
+        m["time_ms"] = {"samples": [level * (1 + rel_sd * rng.gauss(0, 1)) for _ in range(n)]}
+    return RunRecord(RunConfig(model, mode=mode), status, metrics=m if status == "ok" else {},
+                     error="Traceback\nValueError: boom" if status == "error" else None, batch_size=2)
+
+
+def _rf(*runs: RunRecord, env: dict | None = None) -> ResultsFile:
+    return ResultsFile(env=env or {"torch_version": "2.13.0"}, runs=list(runs))
+
+
+def test_time_regression_improvement_and_unchanged() -> None:
+    base = _rf(_run("slow", 10), _run("fast", 10), _run("same", 10), _run("small", 10))
+    new = _rf(_run("slow", 11.5, seed=1), _run("fast", 8.0, seed=1), _run("same", 10, seed=1), _run("small", 10.3, seed=1))
+    cmp = compare_results(base, new, threshold=0.07, alpha=0.01)
+    assert [(f.config.model, f.metric) for f in cmp.regressions] == [("slow", "time_ms")]
+    assert [(f.config.model, f.metric) for f in cmp.improvements] == [("fast", "time_ms")]
+    assert {f.config.model for f in cmp.unchanged if f.metric == "time_ms"} == {"same", "small"}
+    reg = cmp.regressions[0]
+    assert reg.change == pytest.approx(0.15, abs=0.02) and reg.p_value < 0.01 and reg.n_base == 10
+    assert list(reg.to_dict())[: len(FINDING_KEYS)] == list(FINDING_KEYS)
+    assert cmp.has_regressions and cmp.compared == 4
+
+
+def test_correction_makes_marginal_regression_unchanged() -> None:
+    # n=5 per side fully separated: raw one-sided p = 1/252 = 0.004 < 0.01 ...
+    base_runs = [RunRecord(RunConfig("m0"), "ok", metrics={"time_ms": {"samples": [1.0, 1.01, 1.02, 1.03, 1.04]}})]
+    new_runs = [RunRecord(RunConfig("m0"), "ok", metrics={"time_ms": {"samples": [1.2, 1.21, 1.22, 1.23, 1.24]}})]
+    for i in range(1, 5):  # ... but with 4 more (unchanged) configs Holm multiplies it by 5
+        base_runs.append(_run(f"m{i}", 10))
+        new_runs.append(_run(f"m{i}", 10, seed=2))
+    assert compare_results(_rf(*base_runs[:1]), _rf(*new_runs[:1])).has_regressions
+    assert not compare_results(_rf(*base_runs), _rf(*new_runs), correction="holm").has_regressions
+    assert compare_results(_rf(*base_runs), _rf(*new_runs), correction="none").has_regressions
+
+
+def test_memory_threshold_floor_and_leak() -> None:
+    base = _rf(_run("a", 10, cpu_peak_mb=1000.0, gpu_peak_mb=0.2, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.0}),
+               _run("b", 10, cpu_peak_mb=1000.0, leak={"leaking": True, "cpu_growth_mb_per_iter": 3.0}))
+    new = _rf(_run("a", 10, seed=1, cpu_peak_mb=1100.0, gpu_peak_mb=0.4, leak={"leaking": True, "cpu_growth_mb_per_iter": 2.5}),
+              _run("b", 10, seed=1, cpu_peak_mb=1050.0, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.01}))
+    cmp = compare_results(base, new, threshold=0.07)
+    assert {(f.config.model, f.metric) for f in cmp.regressions} == {("a", "cpu_peak_mb"), ("a", "leak")}
+    assert {(f.config.model, f.metric) for f in cmp.improvements} == {("b", "leak")}
+    gpu = next(f for f in cmp.unchanged if f.metric == "gpu_peak_mb")
+    assert gpu.change == pytest.approx(1.0)  # +100%, but 0.2 MiB is below MEMORY_MIN_DELTA_MB
+    mem = next(f for f in cmp.regressions if f.metric == "cpu_peak_mb")
+    assert (mem.base, mem.new, mem.p_value) == (1000.0, 1100.0, None)
+
+
+def test_deterministic_counts_threshold_and_changed_ops() -> None:
+    base = _rf(_run("q", 10, instructions={"per_step": 1_000_000, "steps": 2, "tool": "callgrind"},
+                    op_counts={"total": 100, "by_op": {"aten::mm": 60, "aten::add": 40}}, flops={"total": 5000}))
+    new = _rf(_run("q", 10, seed=1, instructions={"per_step": 10_000_000, "steps": 2, "tool": "callgrind"},
+                   op_counts={"total": 130, "by_op": {"aten::mm": 60, "aten::add": 40, "aten::copy_": 30}}, flops={"total": 5100}))
+    cmp = compare_results(base, new, threshold=0.07)
+    regs = {f.metric: f for f in cmp.regressions}
+    # default count thresholds (stats.deterministic): the +2% FLOPs change counts too
+    assert set(regs) == {"instructions", "op_counts", "flops"}
+    assert regs["instructions"].change == pytest.approx(9.0) and regs["instructions"].p_value is None
+    assert regs["op_counts"].detail == {"ops": {"aten::copy_": {"kind": "added", "base": 0, "new": 30}}}
+    # one explicit threshold for every count: 7% leaves the FLOPs change out
+    loose = compare_results(base, new, count_threshold=0.07)
+    assert {f.metric for f in loose.regressions} == {"instructions", "op_counts"}
+    assert any(f.metric == "flops" for f in loose.unchanged)
+
+
+def test_statuses_new_failures_fixes_and_unmatched() -> None:
+    base = _rf(_run("breaks"), _run("heals", status="error"), _run("gone"), _run("both_bad", status="error"),
+               _run("unsup"), _run("bs"))
+    new_bs = _run("bs", seed=1)
+    new_bs.batch_size = 4
+    new = _rf(_run("breaks", status="error"), _run("heals", seed=1), _run("fresh"), _run("both_bad", status="timeout"),
+              _run("unsup", status="unsupported"), new_bs)
+    cmp = compare_results(base, new)
+    assert [(s.config.model, s.base_status, s.new_status, s.error) for s in cmp.new_failures] == [
+        ("breaks", "ok", "error", "ValueError: boom")]
+    assert [(s.config.model, s.base_status, s.new_status) for s in cmp.fixes] == [("heals", "error", "ok")]
+    reasons = {(u.model, u.reason, u.side) for u in cmp.unmatched}
+    assert reasons == {("gone", "missing", "new"), ("fresh", "missing", "base"), ("both_bad", "failed", None),
+                       ("unsup", "failed", "new"), ("bs", "batch_mismatch", None)}
+    assert not cmp.has_regressions  # failures are reported separately; the CLI decides the exit code
+
+
+def test_several_processes_per_side_test_process_medians() -> None:
+    # three fresh processes per side, each with a process-level offset of up to 10%
+    offsets_b, offsets_n = [1.0, 1.08, 0.95], [1.02, 0.97, 1.09]
+    base = _rf(*[_run("m", 10 * o, seed=i, rel_sd=0.005) for i, o in enumerate(offsets_b)])
+    new = _rf(*[_run("m", 10 * o, seed=10 + i, rel_sd=0.005) for i, o in enumerate(offsets_n)])
+    (f,) = [f for f in compare_results(base, new).unchanged if f.metric == "time_ms"]
+    assert (f.n_base, f.n_new) == (3, 3)  # medians of processes, not 30 pooled samples
+
+
+def test_ordering_and_validation() -> None:
+    with pytest.raises(ValueError, match="accepted: holm, bh, none"):
+        compare_results(_rf(), _rf(), correction="bonf")
+    with pytest.raises(ValueError, match="alpha"):
+        compare_results(_rf(), _rf(), alpha=1.5)
+    empty = compare_results(_rf(), _rf())
+    assert empty.compared == 0 and not empty.has_regressions
+
+
+@pytest.mark.parametrize("text,value", [("7%", 0.07), ("0.07", 0.07), ("7", 0.07), (" 12.5% ", 0.125), ("150", 1.5),
+                                        ("100%", 1.0), (0.05, 0.05)])
+def test_parse_threshold(text, value) -> None:
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text,msg", [("-7%", "must be positive"), ("0", "must be positive"), ("1", "ambiguous"),
+                                      ("seven", "accepted"), ("nan", "must be positive"), ("%", "accepted")])
+def test_parse_threshold_rejects(text, msg) -> None:
+    with pytest.raises(ValueError, match=msg):
+        parse_threshold(text)

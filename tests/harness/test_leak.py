@@ -1,0 +1,55 @@
+"""leak metric on a planted leaking workload versus the same workload without the leak."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from torchgauge.harness.leak import DEFAULT_LEAK_ITERATIONS, collect_leak, leak_iterations, sample_memory
+from torchgauge.registry import create, get_spec, load_model_file
+from torchgauge.results.schema import RunConfig
+from torchgauge.stats.leak import CPU_TOLERANCE_MB_PER_ITER, min_samples
+
+MODELS = "tests/harness/counting_models.py"
+
+
+def _run(model: str, iterations: int = 40) -> dict:
+    load_model_file(MODELS)
+    w = create(model, mode="train", size="smoke")
+    for _ in range(3):  # the timed pass would have warmed it up
+        w.step()
+    config = RunConfig(model=model, mode="train", size="smoke", metrics=("leak",),
+                       options={"leak_iterations": iterations})
+    return collect_leak(w, config, {})["leak"]
+
+
+def test_planted_leak_is_flagged_with_its_growth_rate() -> None:
+    rec = _run("counting_leaky")
+    leaked_mb = sys.modules[get_spec("counting_leaky").module].LEAK_FLOATS * 4 / 2**20  # 0.25 MiB
+    assert rec["leaking"] is True and rec["cpu_leaking"] is True
+    assert rec["iterations"] == 40 and len(rec["cpu_samples_mb"]) == 40
+    assert rec["cpu_growth_mb_per_iter"] == pytest.approx(leaked_mb, rel=0.25)
+    assert rec["tolerance_mb_per_iter"] == CPU_TOLERANCE_MB_PER_ITER
+
+
+def test_clean_workload_is_not_flagged() -> None:
+    rec = _run("counting_matmul")
+    assert rec["leaking"] is False and rec["cpu_leaking"] is False
+    assert rec["cpu_growth_mb_per_iter"] < CPU_TOLERANCE_MB_PER_ITER
+    assert rec["gpu_growth_mb_per_iter"] is None and rec["gpu_leaking"] is None  # CPU run
+
+
+def test_iterations_option_is_validated() -> None:
+    assert leak_iterations({}) == DEFAULT_LEAK_ITERATIONS
+    assert leak_iterations({"leak_iterations": 20}) == 20
+    for bad in (min_samples() - 1, "50", 12.5, True):
+        with pytest.raises(ValueError, match=f"leak_iterations must be an integer >= {min_samples()}"):
+            leak_iterations({"leak_iterations": bad})
+
+
+def test_sample_memory_one_sample_per_iteration() -> None:
+    calls = []
+    series = sample_memory(lambda: calls.append(1), 7, "cpu")
+    assert len(calls) == 7 and len(series.cpu_mb) == 7 and series.gpu_mb is None
+    assert all(v > 0 for v in series.cpu_mb)

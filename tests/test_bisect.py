@@ -1,0 +1,359 @@
+"""Bisection drivers over a generated git repository and local package versions.
+
+The repository holds a tiny package ``slowpkg`` whose ``work()`` loops ``ITERATIONS``
+times; one commit raises the count by 30% (the planted regression). The git, build,
+skip and cache mechanics run with an injected, deterministic measurement that reads the
+built package's ``ITERATIONS`` in the point's own interpreter (so it also proves each
+point sees its own build); one end-to-end test times a ``--model-file`` plugin model
+for real through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchgauge.cli import main
+from torchgauge.bisect import (
+    BisectSetupError,
+    BuildFailed,
+    GitRange,
+    Judging,
+    MeasureSpec,
+    Point,
+    PointEnv,
+    VersionRange,
+    run_bisect,
+)
+
+N_COMMITS = 32
+BASE_ITERATIONS = 20_000
+CULPRIT = 20  # index in good..bad (0 is the good endpoint)
+BROKEN = 15  # fails to build; also the first point a 32-point search probes
+CHEAP_BUILD = "python -m py_compile slowpkg/__init__.py"
+SPEC = MeasureSpec(models=("slowpkg_work",), modes=("eval",), size="smoke")
+LABEL = "slowpkg_work/eval/cpu/fp32/eager"
+
+_PKG = '''"""slowpkg revision {rev}."""
+
+ITERATIONS = {iterations}
+
+
+def work():
+    total = 0
+    for i in range(ITERATIONS):
+        total += i * i
+    return total
+'''
+
+_PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "slowpkg"
+version = "{version}"
+'''
+
+PLUGIN = '''"""A plugin model whose step is slowpkg.work(): pure Python, low noise."""
+
+import torch
+from torch import nn
+
+from torchgauge import register_model
+from torchgauge.workload import Workload
+
+
+class _Work(nn.Module):
+    def forward(self, x):
+        import slowpkg  # the checkout being measured, via PYTHONPATH or the scratch venv
+
+        slowpkg.work()
+        return x
+
+
+@register_model(domain="other", task="bisect_fixture", source="torchgauge tests", batch_size=1, modes=("eval",))
+def slowpkg_work(ctx):
+    """Calls slowpkg.work() once per step."""
+    return Workload(ctx, _Work(), (torch.zeros(1),))
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo)}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def _make_repo(path: Path, steps: dict[int, int], broken: set[int] = frozenset(), n: int = N_COMMITS) -> list[str]:
+    """A repo of ``n`` commits; ``steps`` maps a commit index to its new ITERATIONS."""
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "main")
+    (path / "slowpkg").mkdir()
+    (path / "pyproject.toml").write_text(_PYPROJECT.format(version="0.1"))
+    iterations = BASE_ITERATIONS
+    shas = []
+    for i in range(n):
+        iterations = steps.get(i, iterations)
+        text = _PKG.format(rev=i, iterations=iterations)
+        if i in broken:
+            text = text.replace("def work():", "def work(:")
+        (path / "slowpkg" / "__init__.py").write_text(text)
+        _git(path, "add", "-A")
+        subject = f"make work() slower (ITERATIONS={iterations})" if i in steps else f"revision {i}"
+        _git(path, "commit", "-q", "-m", subject)
+        shas.append(_git(path, "rev-parse", "HEAD").strip())
+    return shas
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bisect") / "slowpkg"
+    shas = _make_repo(path, {CULPRIT: int(BASE_ITERATIONS * 1.3)}, broken={BROKEN})
+    return path, shas
+
+
+class _FakeMeasure:
+    """Deterministic 'timing': the built package's ITERATIONS, read in the point's interpreter."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def __call__(self, point_env: PointEnv, spec: MeasureSpec):
+        out = subprocess.run([point_env.python, "-c", "import slowpkg; print(slowpkg.ITERATIONS)"], env=point_env.env,
+                             cwd=point_env.cwd, capture_output=True, text=True, check=True)
+        iterations = int(out.stdout)
+        self.seen.append(iterations)
+        # 15 distinct samples around iterations/1000 ms: a clean 30% step, 1% spread
+        return {c.label(): [iterations / 1000 * (1 + 0.001 * k) for k in range(15)] for c in spec.configs()}
+
+
+def _git_range(repo, tmp_path, build=CHEAP_BUILD, **kw):
+    path, shas = repo
+    return GitRange(path, shas[0], shas[-1], build, workdir=tmp_path / "work", pythonpath=["."], **kw)
+
+
+def test_git_bisection_skips_the_broken_build_and_caches(repo, tmp_path):
+    path, shas = repo
+    status_before = _git(path, "status", "--porcelain")
+    measure = _FakeMeasure()
+    report = run_bisect(_git_range(repo, tmp_path), SPEC, measure=measure, cache_dir=tmp_path / "cache")
+    outcome = report.outcomes[0]
+    assert outcome.status == "bisected" and outcome.direction == "regression"
+    assert outcome.change == pytest.approx(0.3, abs=0.001)
+    culprit = outcome.culprits[0]
+    assert culprit.reason == "found"
+    first_bad = culprit.first_bad
+    assert first_bad["commit"] == shas[CULPRIT]
+    assert first_bad["subject"] == "make work() slower (ITERATIONS=26000)"
+    assert (first_bad["files_changed"], first_bad["insertions"], first_bad["deletions"]) == (1, 2, 2)
+    assert first_bad["files"] == ["slowpkg/__init__.py"]
+    assert culprit.last_good == shas[CULPRIT - 1][:10]
+    assert report.skipped_points == [shas[BROKEN][:10]]
+    assert report.measured_points <= 7  # the issue's bound, endpoints included
+    assert report.builds == report.measured_points + 1  # + the broken one
+    assert report.measurements == len(measure.seen) == report.measured_points
+    # the user's checkout is untouched and the scratch worktree is gone
+    assert _git(path, "status", "--porcelain") == status_before
+    assert _git(path, "rev-parse", "HEAD").strip() == shas[-1]
+    assert len(_git(path, "worktree", "list").splitlines()) == 1
+
+    again = _FakeMeasure()
+    cached = run_bisect(_git_range(repo, tmp_path), SPEC, measure=again, cache_dir=tmp_path / "cache")
+    assert cached.builds == 0 and again.seen == []
+    assert cached.cache_hits == report.measured_points + 1
+    assert cached.outcomes[0].culprits[0].first_bad["commit"] == shas[CULPRIT]
+    assert json.loads(json.dumps(cached.to_dict()))["outcomes"][0]["culprits"][0]["reason"] == "found"
+
+
+def test_git_multiple_culprits(tmp_path):
+    path = tmp_path / "two"
+    shas = _make_repo(path, {5: 26_000, 11: 33_800}, n=16)
+    measure = _FakeMeasure()
+    source = GitRange(path, shas[0], shas[-1], CHEAP_BUILD, workdir=tmp_path / "work", pythonpath=["."])
+    report = run_bisect(source, SPEC, measure=measure, multiple=True)
+    culprits = report.outcomes[0].culprits
+    assert [c.first_bad["commit"] for c in culprits] == [shas[5], shas[11]]
+    assert [round(c.change, 3) for c in culprits] == [0.3, 0.3]
+    assert report.measured_points <= 2 + 2 * 4
+
+
+def test_git_endpoints_that_do_not_differ_are_reported(repo, tmp_path):
+    path, shas = repo
+    source = GitRange(path, shas[0], shas[CULPRIT - 1], CHEAP_BUILD, workdir=tmp_path / "w", pythonpath=["."])
+    report = run_bisect(source, SPEC, measure=_FakeMeasure())
+    assert not report.ok
+    assert report.outcomes[0].status == "not_reproduced"
+    assert "do not differ" in report.outcomes[0].message
+
+
+def test_git_setup_errors_are_one_line(repo, tmp_path):
+    path, shas = repo
+    with pytest.raises(BisectSetupError, match="--good 'nope' is not a commit"):
+        GitRange(path, "nope", shas[-1], "true", workdir=tmp_path)
+    with pytest.raises(BisectSetupError, match="is not an ancestor"):
+        GitRange(path, shas[-1], shas[0], "true", workdir=tmp_path)
+    with pytest.raises(BisectSetupError, match="--build is empty"):
+        GitRange(path, shas[0], shas[-1], " ", workdir=tmp_path)
+    with pytest.raises(BisectSetupError, match="no such file"):
+        VersionRange(["torch==2.12.0", "./missing.whl"], workdir=tmp_path)
+    with pytest.raises(BisectSetupError, match="at least 2 entries"):
+        VersionRange(["torch==2.12.0"], workdir=tmp_path)
+
+
+def test_versions_installed_into_scratch_venvs(tmp_path):
+    """Three local package versions, installed offline with pip; the last two are slow."""
+    dirs = []
+    for version, iterations in (("1.0", 20_000), ("1.1", 26_000), ("1.2", 26_000)):
+        d = tmp_path / f"slowpkg-{version}"
+        (d / "slowpkg").mkdir(parents=True)
+        (d / "pyproject.toml").write_text(_PYPROJECT.format(version=version))
+        (d / "slowpkg" / "__init__.py").write_text(_PKG.format(rev=version, iterations=iterations))
+        dirs.append(str(d))
+    source = VersionRange(dirs, workdir=tmp_path / "work", pip_args=("--no-index", "--no-build-isolation"))
+    measure = _FakeMeasure()
+    report = run_bisect(source, SPEC, measure=measure)
+    assert measure.seen == [20_000, 26_000, 26_000]  # each venv saw its own version
+    culprit = report.outcomes[0].culprits[0]
+    assert culprit.first_bad["version"] == dirs[1] and culprit.last_good == "slowpkg-1.0"
+    assert report.builds == 3
+    # nothing leaked into this interpreter's environment
+    assert subprocess.run([sys.executable, "-c", "import slowpkg"], capture_output=True).returncode != 0
+
+
+class _ListSource:
+    """A range without git: point i 'builds' unless its level is None."""
+
+    kind = "list"
+
+    def __init__(self, levels) -> None:
+        self.levels = levels
+
+    def identity(self) -> str:
+        return "list"
+
+    def points(self) -> list[Point]:
+        return [Point(f"p{i}", str(i), str(i)) for i in range(len(self.levels))]
+
+    def build(self, point: Point) -> PointEnv:
+        if self.levels[int(point.ref)] is None:
+            raise BuildFailed("planted build failure")
+        return PointEnv(sys.executable, {"POINT": point.ref}, ".")  # the measure reads POINT
+
+    def describe(self, point: Point) -> dict:
+        return {"level": self.levels[int(point.ref)]}
+
+    def close(self) -> None:
+        pass
+
+
+def _clean(level: float, n: int = 30) -> list[float]:
+    return [level * (1 + 0.001 * k) for k in range(n)]
+
+
+def test_fastest_half_sees_through_preemption():
+    """Half of every point's samples inflated 5-50x at random: the fastest half still decides."""
+    import random
+
+    levels = [1.0] * 13 + [1.3] * 19
+    rng = random.Random(1)
+
+    def measure(env, spec):
+        samples = _clean(levels[int(env.env["POINT"])])
+        for k in rng.sample(range(30), 15):
+            samples[k] *= rng.uniform(5, 50)
+        return {c.label(): samples for c in spec.configs()}
+
+    source = _ListSource(levels)
+    report = run_bisect(source, SPEC, measure=measure, judging=Judging(fastest=0.5))
+    outcome = report.outcomes[0]
+    assert outcome.culprits[0].first_bad == {"label": "p13", "level": 1.3}
+    assert outcome.culprits[0].change == pytest.approx(0.3, abs=0.01)
+    assert outcome.noise < 0.07  # the spread of the compared (fastest) samples
+
+
+def test_unclear_point_is_measured_again_then_assigned_to_the_nearer_end():
+    # p5 first looks halfway (+14%) and then clean; p7 stays at +20% (nearer the bad end);
+    # p3 (good) first ran twice as slow as the bad end (a slow process), then normally
+    answers = {3: [2.6, 1.0], 5: [1.14, 1.0], 7: [1.2, 1.2]}
+    levels = [1.0] * 7 + [1.3] * 9
+
+    def measure(env, spec):
+        i = int(env.env["POINT"])
+        level = answers[i].pop(0) if answers.get(i) else levels[i]
+        return {c.label(): _clean(level) for c in spec.configs()}
+
+    source = _ListSource(levels)
+    report = run_bisect(source, SPEC, measure=measure, judging=Judging(retries=1))
+    outcome = report.outcomes[0]
+    assert outcome.culprits[0].first_bad["label"] == "p7"
+    assert outcome.uncertain == ["p7"]
+    assert report.measurements == report.measured_points + 3  # p3, p5 and p7 measured twice
+
+
+def test_deterministic_metric_and_several_configs():
+    """Counts are judged by the threshold alone; each config gets its own culprit."""
+    spec = MeasureSpec(models=("a", "b"), modes=("eval",), metric="op_counts")
+    counts = {"a/eval/cpu/fp32/eager": lambda i: 100 + 50 * (i >= 9), "b/eval/cpu/fp32/eager": lambda i: 100 - 20 * (i >= 3)}
+
+    def measure(env, spec):
+        i = int(env.env["POINT"])
+        return {label: [float(f(i))] for label, f in counts.items()}
+
+    source = _ListSource([0] * 16)
+    report = run_bisect(source, spec, measure=measure)
+    a, b = report.outcomes
+    assert (a.direction, a.culprits[0].first_bad["label"], a.p_value, a.noise) == ("regression", "p9", None, None)
+    assert (b.direction, b.culprits[0].first_bad["label"]) == ("improvement", "p3")
+    assert report.builds == report.measured_points  # points are shared between the configs
+    assert report.metric == "op_counts"
+
+
+def test_failing_model_makes_the_point_a_skip_and_bad_options_raise():
+    def measure(env, spec):
+        i = int(env.env["POINT"])
+        value = "error: RuntimeError: planted" if i == 7 else _clean(1.0 + 0.3 * (i >= 10))
+        return {c.label(): value for c in spec.configs()}
+
+    source = _ListSource([0] * 8 + [None] + [0] * 7)  # p8 fails to build, p7's model fails
+    report = run_bisect(source, SPEC, measure=measure)
+    assert report.outcomes[0].culprits[0].first_bad["label"] == "p10"
+    assert ("p7", "skip") in report.outcomes[0].probes and ("p8", "skip") in report.outcomes[0].probes
+    assert report.skipped_points == ["p8"]  # a build failure skips the point for every config
+    report = run_bisect(_ListSource([None] + [0] * 7), SPEC, measure=measure)
+    assert not report.ok and report.outcomes[0].status == "error"
+    assert report.outcomes[0].message == "the good endpoint p0 has no measurement: planted build failure"
+    with pytest.raises(BisectSetupError, match="fastest must be in"):
+        Judging(fastest=0)
+    with pytest.raises(BisectSetupError, match="invalid metric 'cycles'"):
+        MeasureSpec(models=("a",), metric="cycles")
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
+    """The issue's done-means: a plugin model timed for real finds the 30% commit in <= 7 points."""
+    path, shas = repo
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    code = main([
+        "bisect", "slowpkg_work", "--model-file", str(plugin), "--mode", "eval", "--size", "smoke",
+        "--repo", str(path), "--good", shas[0], "--bad", shas[-1], "--build", CHEAP_BUILD, "--pythonpath", ".",
+        # 60 one-millisecond steps per point, of which the fastest 20% are compared: load on
+        # a shared machine only ever adds time (preempted steps measure 10-50x too slow)
+        "--repeat", "60", "--warmup", "2", "--threshold", "7%", "--fastest", "20%", "--retries", "2",
+        "--no-cache", "--json",
+    ])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    culprit = report["outcomes"][0]["culprits"][0]
+    assert culprit["reason"] == "found"
+    assert culprit["candidates"][0]["commit"] == shas[CULPRIT]
+    assert report["measured_points"] <= 7
+    assert report["skipped_points"] == [shas[BROKEN][:10]]
+    assert "builds" in err

@@ -3,29 +3,32 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
-from torchgauge.harness.leak import DEFAULT_LEAK_ITERATIONS, collect_leak, leak_iterations, sample_memory
-from torchgauge.registry import create, get_spec, load_model_file
+from torchgauge.harness.leak import DEFAULT_LEAK_ITERATIONS, leak_iterations, sample_memory
+from torchgauge.registry import get_spec, load_model_file
 from torchgauge.results.schema import RunConfig
+from torchgauge.runner import RunnerOptions, run_suite
 from torchgauge.stats.leak import CPU_TOLERANCE_MB_PER_ITER, min_samples
 
 MODELS = "tests/harness/counting_models.py"
 
 
 def _run(model: str, iterations: int = 40) -> dict:
-    load_model_file(MODELS)
-    w = create(model, mode="train", size="smoke")
-    for _ in range(3):  # the timed pass would have warmed it up
-        w.step()
-    config = RunConfig(model=model, mode="train", size="smoke", metrics=("leak",),
+    # In a fresh worker, as the suite runs it: in this long-lived pytest process, memory freed
+    # by earlier tests sits resident in the heap and would absorb the planted leak's growth.
+    config = RunConfig(model=model, mode="train", size="smoke", repeat=3, warmup=3, metrics=("leak",),
                        options={"leak_iterations": iterations})
-    return collect_leak(w, config, {})["leak"]
+    (record,) = run_suite([config], RunnerOptions(timeout_s=120, model_files=(str(Path(MODELS).resolve()),)))
+    assert record.status == "ok", record.error
+    return record.metrics["leak"]
 
 
 def test_planted_leak_is_flagged_with_its_growth_rate() -> None:
     rec = _run("counting_leaky")
+    load_model_file(MODELS)
     leaked_mb = sys.modules[get_spec("counting_leaky").module].LEAK_FLOATS * 4 / 2**20  # 0.25 MiB
     assert rec["leaking"] is True and rec["cpu_leaking"] is True
     assert rec["iterations"] == 40 and len(rec["cpu_samples_mb"]) == 40

@@ -113,6 +113,35 @@ def test_cast_workload_casts_floating_state_and_keeps_parameter_identity() -> No
     assert w.step().dtype == torch.bfloat16
 
 
+class _ComplexScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor([1 + 2j, -3j], dtype=torch.complex64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.view_as_real(x * self.weight)
+
+
+@pytest.mark.parametrize("dtype, complex_dtype", [(torch.float64, torch.complex128), (torch.float16, torch.complex32)])
+def test_cast_workload_keeps_complex_parameters_complex(dtype: torch.dtype, complex_dtype: torch.dtype) -> None:
+    # module.to(float64) would keep only the real part of a complex parameter (with a warning)
+    ctx = BuildContext(name="t", mode="eval", device=torch.device("cpu"), batch_size=2, size="full")
+    module = _ComplexScale()
+    w = ctx.finish(Workload(ctx, module, (torch.ones(2, dtype=torch.complex64), torch.ones(2))))
+    param_id = id(module.weight)
+    cast_workload(w, dtype)
+    assert module.weight.dtype == complex_dtype and id(module.weight) == param_id
+    assert module.weight.to(torch.complex128).tolist() == [1 + 2j, -3j]
+    assert w.inputs[0].dtype == complex_dtype and w.inputs[1].dtype == dtype
+
+
+def test_cast_workload_complex_to_bfloat16_is_unsupported() -> None:
+    ctx = BuildContext(name="t", mode="eval", device=torch.device("cpu"), batch_size=2, size="full")
+    w = ctx.finish(Workload(ctx, _ComplexScale(), (torch.ones(2, dtype=torch.complex64),)))
+    with pytest.raises(UnsupportedError, match="complex"):
+        cast_workload(w, torch.bfloat16)
+
+
 def test_model_declared_unsupported_precision() -> None:
     w = create("acc_no_fp16", mode="eval")
     with pytest.raises(UnsupportedError, match="does not support precision 'fp16': planted: overflows"):

@@ -118,9 +118,22 @@ def amp_dtype(device: torch.device) -> torch.dtype:
     return torch.float16 if device.type == "cuda" else torch.bfloat16
 
 
+# Complex tensors follow a real cast to the complex dtype of the same precision. Casting a
+# complex tensor to a real dtype (what ``module.to(dtype)`` does) silently drops the
+# imaginary part. bfloat16 has no complex counterpart.
+_COMPLEX_OF = {torch.float64: torch.complex128, torch.float32: torch.complex64, torch.float16: torch.complex32}
+
+
 def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # Only real floating tensors change: ids, labels, masks and indices keep their dtype.
-    return t.to(dtype) if t.is_floating_point() else t
+    # Only floating and complex tensors change: ids, labels, masks and indices keep their dtype.
+    if t.is_floating_point():
+        return t.to(dtype)
+    if t.is_complex():
+        if dtype not in _COMPLEX_OF:
+            raise UnsupportedError(f"complex tensors have no {dtype} counterpart; accepted: "
+                                   + ", ".join(str(d) for d in _COMPLEX_OF))
+        return t.to(_COMPLEX_OF[dtype])
+    return t
 
 
 def _cast_state(obj: Any, dtype: torch.dtype, depth: int, seen: set[int]) -> Any:
@@ -158,7 +171,7 @@ def cast_workload(workload: "Workload", dtype: torch.dtype) -> None:
     ``module.to`` keeps parameter identity, so an optimizer built before the cast still
     steps the cast parameters (its state is created lazily, in the new dtype).
     """
-    workload.module.to(dtype)
+    workload.module._apply(lambda t: _cast(t, dtype))  # module.to(dtype) would make complex params real
     workload.map_inputs(lambda t: _cast(t, dtype))
     seen: set[int] = {id(workload)}
     for key, value in list(vars(workload).items()):

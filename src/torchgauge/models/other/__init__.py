@@ -3,6 +3,8 @@
 from . import (  # noqa: F401  (registers models)
     basic_gnn,
     differential_privacy,
+    fourier_neural_operator,
+    gaussian_process,
     lennard_jones,
     linear_chain_crf,
     maml,

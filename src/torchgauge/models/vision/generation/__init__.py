@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (registers models)
     cyclegan,
     dcgan,
     diffusion_unet,
+    glow,
     stargan,
     super_slomo,
     unet,

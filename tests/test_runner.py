@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,29 @@ def test_parallel_jobs_keep_statuses_and_config_order() -> None:
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         run_suite([_cfg("planted_ok")], RunnerOptions(jobs=0))
+
+
+def test_model_preloads_are_imported_once_in_the_forkserver(tmp_path) -> None:
+    # A fresh interpreter: the forkserver starts once per process, so in this pytest process
+    # earlier tests have already started it without the probe's preloads.
+    fixture = str(Path("tests/fixtures/planted_preload.py").resolve())
+    script = (
+        "from torchgauge.results.schema import RunConfig\n"
+        "from torchgauge.runner import RunnerOptions, run_suite\n"
+        f"opts = RunnerOptions(timeout_s=120, model_files=({fixture!r},), start_method='forkserver')\n"
+        "configs = [RunConfig('planted_preload_probe', mode='eval', size='smoke')] * 2\n"
+        "print([r.status + ':' + r.error for r in run_suite(configs, opts)])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # the missing module did not take the forkserver down, and the probe was imported there
+    assert "['unsupported:preloaded=True', 'unsupported:preloaded=True']" in out.stdout, out.stdout
+
+
+def test_model_preloads_are_collected_from_the_selected_specs() -> None:
+    from torchgauge.runner import _model_preloads
+
+    load_model_file(str(Path("tests/fixtures/planted_preload.py").resolve()))
+    configs = [_cfg("planted_preload_probe"), _cfg("no_such_model"), _cfg("planted_preload_probe", "eval")]
+    assert _model_preloads(configs) == ["tabnanny", "torchgauge_no_such_module"]
+    assert _model_preloads([_cfg("lennard_jones")]) == []

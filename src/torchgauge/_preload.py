@@ -1,5 +1,8 @@
 """Imported once by the runner's forkserver so that every forked worker starts warm."""
 
+import importlib
+import os
+
 import torch
 
 from . import configure, measurement, registry  # noqa: F401
@@ -9,3 +12,11 @@ list_models()  # imports every built-in model family and entry-point plugin
 # The first optimizer a process builds imports torch._dynamo (about 4 s on a 2-core CPU);
 # doing it here once keeps that cost out of every training worker's wall time.
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+# The selected models' heavy lazy imports (runner.PRELOAD_ENV). Any failure is left for
+# the model's own worker to report: the forkserver must survive a broken optional package.
+for _name in filter(None, os.environ.get("TORCHGAUGE_PRELOAD", "").split(",")):
+    try:
+        importlib.import_module(_name)
+    except Exception:  # noqa: BLE001 - see above
+        pass

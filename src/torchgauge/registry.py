@@ -74,6 +74,9 @@ class ModelSpec:
     unsupported_precisions: tuple[str, ...] = ()  # e.g. ("fp16",) with reasons in `notes`
     notes: str = ""  # anything a user should know (why a mode or precision is unsupported)
     module: str = ""  # python module that registered it (the architecture family)
+    # Heavy modules the builder imports lazily (e.g. transformers): a suite run that selects
+    # the model imports them once in the runner's forkserver, not again in every worker.
+    preload: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def batch_size(self, mode: str) -> int:
@@ -115,6 +118,7 @@ def register_model(
     param_count: int | None = None,
     unsupported_precisions: Iterable[str] = (),
     notes: str = "",
+    preload: Iterable[str] = (),
     **extra: Any,
 ) -> Callable[[Callable[..., "Workload"]], Callable[..., "Workload"]]:
     """Register the decorated builder under its function name.
@@ -130,6 +134,8 @@ def register_model(
         param_count: reference parameter count, checked by tests where given.
         unsupported_precisions: precisions the model cannot run in.
         notes: free text shown by ``torchgauge list``.
+        preload: modules the builder imports lazily and slowly; the runner imports them
+            once in its forkserver when the model is selected, so workers start warm.
         extra: further metadata kept in ``ModelSpec.extra``.
 
     Raises:
@@ -164,6 +170,7 @@ def register_model(
             unsupported_precisions=tuple(unsupported_precisions),
             notes=notes,
             module=fn.__module__,
+            preload=tuple(preload),
             extra=dict(extra),
         )
         _specs[name] = spec

@@ -44,6 +44,8 @@ POLL_INTERVAL_S = 0.05
 EXIT_GRACE_S = 10.0
 # Modules the forkserver imports once so that every worker starts warm.
 PRELOAD_MODULES = ["torchgauge._preload"]
+# The selected models' own heavy imports (ModelSpec.preload), comma-separated, for _preload.
+PRELOAD_ENV = "TORCHGAUGE_PRELOAD"
 
 _OOM_MARKERS = (
     "out of memory",
@@ -278,10 +280,28 @@ class _Worker:
         return RunRecord(cfg, status, error=what + (f"\n{log}" if log else ""))
 
 
-def _mp_context(options: RunnerOptions):
+def _model_preloads(configs: Sequence[RunConfig]) -> list[str]:
+    """The heavy lazy imports (``ModelSpec.preload``) of the selected models."""
+    from .registry import UnknownModelError, get_spec
+
+    modules: set[str] = set()
+    for config in configs:
+        try:
+            modules.update(get_spec(config.model).preload)
+        except UnknownModelError:  # reported by the pre-check
+            pass
+    return sorted(modules)
+
+
+def _mp_context(options: RunnerOptions, configs: Sequence[RunConfig]):
     ctx = mp.get_context(options.start_method)
     if options.start_method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD_MODULES)
+        # Read by _preload inside the forkserver, which inherits this environment when it
+        # starts: only the first suite of a process decides (the server then lives on).
+        # _preload imports each module under try/except, so a broken optional package costs
+        # its models a status, never the forkserver.
+        os.environ[PRELOAD_ENV] = ",".join(_model_preloads(configs))
     return ctx
 
 
@@ -304,8 +324,9 @@ def run_suite(
         load_model_file(path)
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
+    configs = list(configs)
     done: dict[int, RunRecord] = {}
-    mp_ctx = _mp_context(options) if options.isolate else None
+    mp_ctx = _mp_context(options, configs) if options.isolate else None
 
     def finish(index: int, config: RunConfig, record: RunRecord, t0: float) -> None:
         if not record.domain:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_workload, seq2seq_inputs
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload, seq2seq_inputs
 
 BART_BASE = HFModelSpec(
     checkpoint="facebook/bart-base",
@@ -58,7 +58,7 @@ BART_BASE = HFModelSpec(
 @register_model(
     domain="nlp", task="seq2seq_language_modeling",
     source="Lewis et al., BART, 2019; Hugging Face transformers (Apache-2.0)",
-    batch_size=(4, 1), tags=("hf",), param_count=139_420_416, hf_spec=BART_BASE,
+    batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=139_420_416, hf_spec=BART_BASE,
 )
 def hf_Bart(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BART-base (BartForConditionalGeneration), 512 tokens."""

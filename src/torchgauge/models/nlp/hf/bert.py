@@ -14,7 +14,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_workload
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 _SOURCE_HF = "Hugging Face transformers (Apache-2.0)"
 
@@ -138,42 +138,42 @@ XLM_ROBERTA_BASE = HFModelSpec(
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
-                batch_size=(4, 1), tags=("hf",), param_count=109_514_298, hf_spec=BERT_BASE_UNCASED)
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=109_514_298, hf_spec=BERT_BASE_UNCASED)
 def hf_Bert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-base uncased (BertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, BERT_BASE_UNCASED, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
-                batch_size=(4, 1), tags=("hf", "mlperf"), param_count=333_610_308, hf_spec=BERT_LARGE_CASED)
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf", "mlperf"), param_count=333_610_308, hf_spec=BERT_LARGE_CASED)
 def hf_Bert_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-large cased (BertForMaskedLM), sequence 512; MLPerf's language model."""
     return create_hf_workload(ctx, BERT_LARGE_CASED, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Lan et al., ALBERT, 2019; {_SOURCE_HF}",
-                batch_size=(8, 1), tags=("hf",), param_count=11_221_680, hf_spec=ALBERT_BASE_V2)
+                batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=11_221_680, hf_spec=ALBERT_BASE_V2)
 def hf_Albert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """ALBERT-base v2 (AlbertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, ALBERT_BASE_V2, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Sanh et al., DistilBERT, 2019; {_SOURCE_HF}",
-                batch_size=(8, 1), tags=("hf",), param_count=66_985_530, hf_spec=DISTILBERT_BASE_UNCASED)
+                batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=66_985_530, hf_spec=DISTILBERT_BASE_UNCASED)
 def hf_DistilBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """DistilBERT-base uncased (DistilBertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, DISTILBERT_BASE_UNCASED, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Liu et al., RoBERTa, 2019; {_SOURCE_HF}",
-                batch_size=(4, 1), tags=("hf",), param_count=124_697_433, hf_spec=ROBERTA_BASE)
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=124_697_433, hf_spec=ROBERTA_BASE)
 def hf_Roberta_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """RoBERTa-base (RobertaForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, ROBERTA_BASE, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Conneau et al., XLM-R, 2019; FAMBench; {_SOURCE_HF}",
-                batch_size=(96, 96), tags=("hf",), param_count=278_295_186, hf_spec=XLM_ROBERTA_BASE)
+                batch_size=(96, 96), preload=HF_PRELOAD, tags=("hf",), param_count=278_295_186, hf_spec=XLM_ROBERTA_BASE)
 def fambench_xlmr(ctx: BuildContext, **kwargs: Any) -> Workload:
     """XLM-R base (XLMRobertaForMaskedLM), FAMBench's sequence 64 and batch 96."""
     return create_hf_workload(ctx, XLM_ROBERTA_BASE, **kwargs)

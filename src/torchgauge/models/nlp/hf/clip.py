@@ -17,7 +17,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_workload
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 
 def image_text_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
@@ -80,7 +80,7 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
 @register_model(
     domain="vision", task="contrastive_image_text",
     source="Radford et al., CLIP, 2021; Hugging Face transformers (Apache-2.0)",
-    batch_size=(32, 32), tags=("hf",), param_count=151_277_313, hf_spec=CLIP_VIT_BASE_PATCH32,
+    batch_size=(32, 32), preload=HF_PRELOAD, tags=("hf",), param_count=151_277_313, hf_spec=CLIP_VIT_BASE_PATCH32,
 )
 def hf_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CLIP ViT-B/32 (CLIPModel), 224x224 images and 77-token captions."""

@@ -26,6 +26,7 @@ from ....workload import BuildContext, UnsupportedError, Workload
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "HF_PRELOAD",
     "TRANSFORMERS_MISSING",
     "HFModelSpec",
     "GenerationWorkload",
@@ -37,6 +38,10 @@ __all__ = [
 ]
 
 TRANSFORMERS_MISSING = "transformers not installed (pip install torchgauge[hf])"
+
+# transformers' model base (about 6 s to import on a 2-core CPU, most of a smoke run): the
+# runner's forkserver imports it once when these models are selected (a no-op without it).
+HF_PRELOAD = ("transformers.modeling_utils",)
 
 # One attention implementation for every model: "eager" is the only one that all of
 # these classes support (Longformer, BigBird and Reformer have their own attention

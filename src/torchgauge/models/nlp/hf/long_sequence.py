@@ -12,7 +12,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_workload
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 _SOURCE_HF = "Hugging Face transformers (Apache-2.0)"
 
@@ -126,7 +126,7 @@ REFORMER_CRIME_AND_PUNISHMENT = HFModelSpec(
 
 @register_model(
     domain="nlp", task="masked_language_modeling", source=f"Zaheer et al., Big Bird, 2020; {_SOURCE_HF}",
-    batch_size=(2, 1), tags=("hf",), param_count=128_111_286, hf_spec=BIGBIRD_ROBERTA_BASE,
+    batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",), param_count=128_111_286, hf_spec=BIGBIRD_ROBERTA_BASE,
 )
 def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BigBird-RoBERTa-base (BigBirdForMaskedLM), block-sparse attention, 1024 / 4096 tokens."""
@@ -135,7 +135,7 @@ def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 @register_model(
     domain="nlp", task="masked_language_modeling", source=f"Beltagy et al., Longformer, 2020; {_SOURCE_HF}",
-    batch_size=(2, 1), tags=("hf",), param_count=148_711_257, hf_spec=LONGFORMER_BASE_4096,
+    batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",), param_count=148_711_257, hf_spec=LONGFORMER_BASE_4096,
 )
 def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Longformer-base-4096 (LongformerForMaskedLM), 512-token windows, 1024 / 4096 tokens."""
@@ -144,7 +144,7 @@ def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 @register_model(
     domain="nlp", task="language_modeling", source=f"Kitaev et al., Reformer, 2020; {_SOURCE_HF}",
-    batch_size=(8, 1), tags=("hf",), param_count=2_535_232, hf_spec=REFORMER_CRIME_AND_PUNISHMENT,
+    batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=2_535_232, hf_spec=REFORMER_CRIME_AND_PUNISHMENT,
     notes="crime-and-punishment config with axial positions (64, 64) and 128 buckets for 4096 tokens; "
     "the checkpoint's (512, 1024) table makes it 2,748,224 parameters",
 )

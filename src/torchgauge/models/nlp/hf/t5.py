@@ -13,7 +13,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_generation, create_hf_workload, seq2seq_inputs
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_generation, create_hf_workload, seq2seq_inputs
 
 _SOURCE = "Raffel et al., T5, 2019; Hugging Face transformers (Apache-2.0)"
 
@@ -65,21 +65,21 @@ T5_BASE = _t5_spec("t5-base", d_model=768, d_ff=3072, num_layers=12, num_heads=1
 T5_LARGE = _t5_spec("t5-large", d_model=1024, d_ff=4096, num_layers=24, num_heads=16, seq_len=(512, 512))
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), tags=("hf",),
+@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",),
                 param_count=60_506_624, hf_spec=T5_SMALL)
 def hf_T5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small (T5ForConditionalGeneration), 1024 / 2048 tokens."""
     return create_hf_workload(ctx, T5_SMALL, **kwargs)
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), tags=("hf",),
+@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",),
                 param_count=222_903_552, hf_spec=T5_BASE)
 def hf_T5_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-base (T5ForConditionalGeneration), 1024 / 2048 tokens."""
     return create_hf_workload(ctx, T5_BASE, **kwargs)
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(2, 1), tags=("hf",),
+@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",),
                 param_count=737_668_096, hf_spec=T5_LARGE)
 def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-large (T5ForConditionalGeneration), 512 tokens."""
@@ -87,7 +87,7 @@ def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(domain="nlp", task="text_generation", source=_SOURCE, batch_size=1, modes=("eval",),
-                tags=("hf", "generation"), param_count=60_506_624, hf_spec=T5_SMALL)
+                preload=HF_PRELOAD, tags=("hf", "generation"), param_count=60_506_624, hf_spec=T5_SMALL)
 def hf_T5_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small generate(): 2048-token input, 256 greedy new tokens, static cache."""
     return create_hf_generation(ctx, T5_SMALL, prompt_len=2048, new_tokens=256, **kwargs)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .factory import HFModelSpec, create_hf_workload
+from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 
 def speech_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
@@ -72,7 +72,7 @@ WHISPER_TINY = HFModelSpec(
 @register_model(
     domain="speech", task="speech_recognition",
     source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0)",
-    batch_size=(8, 64), tags=("hf",), param_count=37_760_640, hf_spec=WHISPER_TINY,
+    batch_size=(8, 64), preload=HF_PRELOAD, tags=("hf",), param_count=37_760_640, hf_spec=WHISPER_TINY,
 )
 def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Whisper-tiny (WhisperForConditionalGeneration), 3000 mel frames, 448 decoder tokens."""

@@ -28,3 +28,24 @@ def test_writes_svg_with_every_category(tmp_path) -> None:
 def test_bad_input(tmp_path, panels, path, message) -> None:
     with pytest.raises(ChartError, match=message):
         grouped_log_bars(panels, tmp_path / path)
+
+
+@pytest.mark.parametrize("lo, hi", [(0.136, 2.3), (0.8, 1.25), (0.01, 100.0), (1.2, 4.0)])
+def test_spaced_ticks_keep_reference_and_never_crowd(lo: float, hi: float) -> None:
+    import math
+
+    from torchgauge.report.charts import _MAX_TICKS, spaced_ticks
+
+    ticks = spaced_ticks(lo, hi, 1.0)
+    assert all(lo <= t <= hi for t in ticks)
+    assert (1.0 in ticks) == (lo <= 1.0 <= hi)
+    gaps = [math.log(b / a) for a, b in zip(ticks, ticks[1:])]
+    assert all(g >= math.log(hi / lo) / _MAX_TICKS - 1e-12 for g in gaps)
+    assert len(ticks) >= 3
+
+
+def test_spaced_ticks_thin_the_crowded_middle() -> None:
+    from torchgauge.report.charts import spaced_ticks
+
+    # The eval panel of a real compare-backends chart: 0.8, 0.9, 1.1 and 1.25 overlapped.
+    assert spaced_ticks(0.136, 2.3, 1.0) == [0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0]

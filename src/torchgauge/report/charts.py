@@ -23,6 +23,27 @@ _NICE_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.
                10.0, 20.0, 50.0, 100.0)
 
 
+# At most about this many labelled ticks per ratio axis, so that labels never overlap.
+_MAX_TICKS = 10
+
+
+def spaced_ticks(lo: float, hi: float, reference: float = 1.0) -> list[float]:
+    """Nice tick values in ``[lo, hi]`` at least 1/_MAX_TICKS of the log span apart,
+    chosen outward from ``reference`` (which is always kept when in range)."""
+    import math
+
+    min_gap = math.log(hi / lo) / _MAX_TICKS
+    candidates = [t for t in _NICE_TICKS if lo <= t <= hi]
+    kept = [reference] if lo <= reference <= hi else []
+    for side in ([t for t in candidates if t > reference], [t for t in reversed(candidates) if t < reference]):
+        last = reference
+        for t in side:
+            if abs(math.log(t / last)) >= min_gap:
+                kept.append(t)
+                last = t
+    return sorted(kept)
+
+
 class ChartError(RuntimeError):
     """A chart cannot be drawn (matplotlib missing, bad path, nothing to draw)."""
 
@@ -132,7 +153,7 @@ def _draw_panel(ax, panel: LogBarPanel, reference: float) -> None:
     if drawn:
         lo, hi = min(drawn + [reference]) / 1.25, max(drawn + [reference]) * 1.25
         ax.set_ylim(lo, hi)
-        ticks = [t for t in _NICE_TICKS if lo <= t <= hi]
+        ticks = spaced_ticks(lo, hi, reference)
         if len(ticks) >= 3:  # a log axis spanning less than a decade gets few default labels
             from matplotlib.ticker import NullFormatter
 

@@ -252,7 +252,10 @@ def _create_sac(ctx: BuildContext, **kwargs) -> Workload:
     domain="rl", task="continuous_control", batch_size=(256, 256), param_count=5_278_727,
     source="Haarnoja et al., Soft Actor-Critic Algorithms and Applications, 2018; "
     "jakegrigsby/deep_control (MIT) as in TorchBench's soft_actor_critic",
-    notes="Parameters include the two target critics and the log-temperature. Eval batch = envs acting.",
+    unsupported_precisions=("fp16", "bf16"),
+    notes="Parameters include the two target critics and the log-temperature. Eval batch = envs acting. "
+          "fp16/bf16 unsupported: the pendulum simulation and replay buffer make fp32 observations, rewards "
+          "and actions inside the step (amp works).",
 )  # fmt: skip
 def soft_actor_critic(ctx: BuildContext, **kwargs) -> Workload:
     """SAC on Pendulum: 3-1024-1024-2 tanh-Gaussian actor, twin 4-1024-1024-1 critics, learned alpha."""

@@ -107,6 +107,12 @@ class Int8Classifier(nn.Module):
         return self.int8(x)
 
 
+# Smoke images: at 32 px MobileNetV2's last maps are 1x1, so with batch 2 its BatchNorms
+# normalise two fake-quantised values, often equal (variance 0): gradients grow ~300x per
+# such layer and the weights overflow within 4 training steps. At 64 px the maps are 2x2.
+SMOKE_IMAGE_SIZE = 64
+
+
 def _create_qat(ctx: BuildContext, model: nn.Module, fuse: Callable[[nn.Module], None], num_classes: int) -> Workload:
     if not ctx.train:
         if ctx.device.type != "cpu":
@@ -117,7 +123,7 @@ def _create_qat(ctx: BuildContext, model: nn.Module, fuse: Callable[[nn.Module],
     fuse(model)  # fusion for QAT needs train mode
     qat.qconfig = tq.get_default_qat_qconfig(QUANT_ENGINE)
     tq.prepare_qat(qat, inplace=True)
-    workload = image_classification(ctx, qat, image_size=ctx.pick(224, 32), num_classes=num_classes)
+    workload = image_classification(ctx, qat, image_size=ctx.pick(224, SMOKE_IMAGE_SIZE), num_classes=num_classes)
     if not ctx.train:
         torch.backends.quantized.engine = QUANT_ENGINE  # process-wide: selects the int8 kernels
         qat.eval()

@@ -13,6 +13,9 @@ from torchgauge.registry import get_spec, list_models
 from torchgauge.workload import UnsupportedError
 
 CASES = [(name, mode) for name in list_models() for mode in get_spec(name).modes]
+# Training steps of a default run (measure's warmup 3 + repeat 10): parameters must still be
+# finite after them, or the run would time NaN arithmetic (a degenerate smoke shape can do it).
+DEFAULT_RUN_STEPS = 13
 
 
 def _float_leaves(out):
@@ -55,6 +58,11 @@ def _run_and_check(name: str, mode: str, device: str) -> None:
     out2 = w.step()  # a second iteration must work too (state, caches, optimizer)
     for leaf in _float_leaves(out2):
         assert torch.isfinite(leaf).all(), f"{name} {mode}: non-finite output on second step"
+    if mode == "train" and device == "cpu":
+        for _ in range(DEFAULT_RUN_STEPS - 2):
+            w.step()
+        bad = [n for n, p in w.module.named_parameters() if not torch.isfinite(p).all()]
+        assert not bad, f"{name}: {len(bad)} non-finite parameters after {DEFAULT_RUN_STEPS} steps, e.g. {bad[0]}"
 
 
 @pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])

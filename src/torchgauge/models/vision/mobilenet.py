@@ -162,8 +162,9 @@ def _efficientnet_b0_config() -> MobileNetConfig:
 
 def _create_mobilenet(ctx: BuildContext, cfg: MobileNetConfig, **kwargs) -> Workload:
     cfg = replace(cfg, **kwargs)
-    # Five stride-2 stages: 32 px is the smallest input that reaches 1x1 before pooling.
-    return image_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 32), num_classes=cfg.num_classes)
+    # Five stride-2 stages: at 32 px the last maps are 1x1, so batch-2 BatchNorms normalise two
+    # values and MobileNetV2's weights overflow within 13 training steps; 64 px leaves 2x2.
+    return image_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 64), num_classes=cfg.num_classes)
 
 
 _SOURCE_V2 = "Sandler et al., MobileNetV2, 2018; torchvision mobilenet_v2"

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .boxes import batched_nms, clip_boxes
+from .boxes import Matcher, batched_nms, box_iou, clip_boxes
 
-__all__ = ["PRIOR_PROB", "DenseHead", "dense_detections", "flatten_level", "one_hot_targets", "prior_bias"]
+__all__ = ["PRIOR_PROB", "DenseHead", "dense_detections", "flatten_level", "match_anchors", "one_hot_targets", "prior_bias"]
 
 # Initial foreground probability of every class logit (Focal Loss paper, sec. 4.1): keeps the
 # ~100k background anchors from swamping the loss in the first iterations.
@@ -142,3 +142,25 @@ def dense_detections(
 def one_hot_targets(labels: Tensor, num_classes: int, dtype: torch.dtype) -> Tensor:
     """``(..., C)`` targets from class ids ``(...)`` where negative ids mean background (all zero)."""
     return F.one_hot(labels.clamp(min=0), num_classes).to(dtype) * (labels >= 0).unsqueeze(-1).to(dtype)
+
+
+def match_anchors(matcher: Matcher, anchors: Tensor, targets: Sequence[dict[str, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-anchor training targets of a batch from IoU matching against each image's boxes.
+
+    Returns:
+        ``labels (B, N)``: the matched box's class where the matcher says foreground, else -1;
+        ``matched_boxes (B, N, 4)``: the matched box (the anchor itself for an image without boxes);
+        ``match_labels (B, N)``: the matcher's verdicts, 1 foreground, 0 background, -1 ignored.
+    """
+    labels, matched_boxes, match_labels = [], [], []
+    for target in targets:
+        gt_boxes = target["boxes"]
+        matched, verdict = matcher(box_iou(gt_boxes, anchors))  # (N,), (N,)
+        if len(gt_boxes):
+            labels.append(torch.where(verdict == 1, target["labels"][matched], -1))
+            matched_boxes.append(gt_boxes[matched])
+        else:
+            labels.append(torch.full_like(matched, -1))
+            matched_boxes.append(anchors)
+        match_labels.append(verdict)
+    return torch.stack(labels), torch.stack(matched_boxes), torch.stack(match_labels)

@@ -26,8 +26,8 @@ from ....registry import register_model
 from ....workload import BuildContext, Workload
 from ..mobilenet import MobileNet, _efficientnet_b0_config
 from .batch import DetectionWorkload, synthetic_detection_batch
-from .boxes import AnchorGenerator, BoxCoder, Matcher, box_iou
-from .dense_heads import dense_detections, flatten_level, one_hot_targets, prior_bias
+from .boxes import AnchorGenerator, BoxCoder, Matcher
+from .dense_heads import dense_detections, flatten_level, match_anchors, one_hot_targets, prior_bias
 from .losses import sigmoid_focal_loss
 
 __all__ = ["BiFPN", "EfficientDet", "EfficientDetConfig", "fast_normalized_fusion", "fusion_weights"]
@@ -249,17 +249,7 @@ class EfficientDet(nn.Module):
     def _losses(self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
         """effdet's ``DetectionLoss``: focal sum and Huber sum over the batch, divided by (#positives + 1)."""
         cfg = self.cfg
-        labels, matched_boxes = [], []
-        for target in targets:
-            gt_boxes = target["boxes"]
-            matched, match_labels = self.matcher(box_iou(gt_boxes, anchors))
-            if len(gt_boxes):
-                labels.append(torch.where(match_labels == 1, target["labels"][matched], -1))
-                matched_boxes.append(gt_boxes[matched])
-            else:
-                labels.append(torch.full_like(matched, -1))
-                matched_boxes.append(anchors)
-        labels, matched_boxes = torch.stack(labels), torch.stack(matched_boxes)  # (B, N), (B, N, 4)
+        labels, matched_boxes, _ = match_anchors(self.matcher, anchors, targets)  # (B, N), (B, N, 4)
         foreground = labels >= 0
         num_positives = foreground.sum().to(logits.dtype) + 1.0
         focal = sigmoid_focal_loss(logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma, "sum")

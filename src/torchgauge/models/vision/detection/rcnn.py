@@ -14,7 +14,7 @@ scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so the registere
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch

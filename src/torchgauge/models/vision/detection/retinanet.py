@@ -29,8 +29,8 @@ from ....registry import register_model
 from ....workload import BuildContext, Workload
 from .backbones import FPN, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
-from .boxes import AnchorGenerator, BoxCoder, Matcher, anchor_shapes, box_iou
-from .dense_heads import DenseHead, dense_detections, one_hot_targets
+from .boxes import AnchorGenerator, BoxCoder, Matcher, anchor_shapes
+from .dense_heads import DenseHead, dense_detections, match_anchors, one_hot_targets
 from .losses import giou_loss, sigmoid_focal_loss
 
 __all__ = ["RetinaNet", "RetinaNetConfig"]
@@ -115,18 +115,8 @@ class RetinaNet(nn.Module):
     def _losses(self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
         """Focal and box losses, each normalised per image by its foreground count, then averaged."""
         cfg = self.cfg
-        labels, matched_boxes, valid = [], [], []
-        for target in targets:
-            gt_boxes, gt_labels = target["boxes"], target["labels"]
-            matched, match_labels = self.matcher(box_iou(gt_boxes, anchors))  # (N,), (N,) in {1, 0, -1}
-            if len(gt_boxes):
-                labels.append(torch.where(match_labels == 1, gt_labels[matched], -1))
-                matched_boxes.append(gt_boxes[matched])
-            else:
-                labels.append(torch.full_like(matched, -1))
-                matched_boxes.append(anchors)
-            valid.append(match_labels >= 0)  # anchors between the IoU thresholds are ignored
-        labels, matched_boxes, valid = torch.stack(labels), torch.stack(matched_boxes), torch.stack(valid)  # (B, N), (B, N, 4)
+        labels, matched_boxes, match_labels = match_anchors(self.matcher, anchors, targets)  # (B, N), (B, N, 4), (B, N)
+        valid = match_labels >= 0  # anchors between the IoU thresholds are ignored
         foreground = labels >= 0
         num_fg = foreground.sum(1).clamp(min=1).to(logits.dtype)  # (B,)
         focal = sigmoid_focal_loss(logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from torchgauge.registry import load_model_file
 from torchgauge.results.schema import RunConfig
-from torchgauge.runner import RunnerOptions, classify_exception, execute, run_suite
+from torchgauge.runner import RunnerOptions, classify_exception, execute, run_suite, worker_threads
 from torchgauge.suite import run_and_save
 from torchgauge.workload import UnsupportedError
 
@@ -126,6 +127,24 @@ def test_parallel_jobs_keep_statuses_and_config_order() -> None:
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         run_suite([_cfg("planted_ok")], RunnerOptions(jobs=0))
+    with pytest.raises(ValueError, match="threads_per_worker must be >= 1"):
+        run_suite([_cfg("planted_ok")], RunnerOptions(threads_per_worker=0))
+
+
+def test_parallel_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Oversubscribed workers (jobs x torch's default threads > cores) spin against each other.
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert worker_threads(RunnerOptions()) is None  # one job: torch's default
+    assert worker_threads(RunnerOptions(jobs=2)) == 4
+    assert worker_threads(RunnerOptions(jobs=3)) == 2
+    assert worker_threads(RunnerOptions(jobs=16)) == 1
+    assert worker_threads(RunnerOptions(jobs=2, threads_per_worker=3)) == 3
+
+
+def test_workers_run_with_the_chosen_thread_count() -> None:
+    opts = RunnerOptions(timeout_s=TIMEOUT_S, model_files=(PLANTED,), jobs=2, threads_per_worker=1)
+    records = run_suite([_cfg("planted_reports_threads"), _cfg("planted_reports_threads", mode="eval")], opts)
+    assert [r.error for r in records] == ["planted: threads=1"] * 2
 
 
 def test_model_preloads_are_imported_once_in_the_forkserver(tmp_path) -> None:

@@ -68,6 +68,10 @@ class RunnerOptions:
     # Workers at once. Keep 1 for timing (parallel runs disturb each other's samples); more
     # is for coverage recording and smoke checks, where only the outcome matters.
     jobs: int = 1
+    # torch intra-op threads per worker; None: torch's default with one job, else the CPU
+    # count shared out between the jobs (two workers of 2 threads on 2 cores spin against
+    # each other: OpenMP oversubscription made parallel smoke runs several times slower).
+    threads_per_worker: int | None = None
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -159,13 +163,27 @@ def _add_accuracy(record: RunRecord) -> None:
         record.error = accuracy.get("reason")
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str) -> None:
+def worker_threads(options: RunnerOptions) -> int | None:
+    """Intra-op threads each worker uses: the explicit setting, or the CPUs split between jobs."""
+    if options.threads_per_worker is not None:
+        return options.threads_per_worker
+    if options.jobs > 1:
+        return max(1, (os.cpu_count() or 1) // options.jobs)
+    return None
+
+
+def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None) -> None:
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     try:
         from .registry import load_model_file
+
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
 
         for path in model_files:
             load_model_file(path)
@@ -228,7 +246,8 @@ class _Worker:
         self.options = options
         self.log_path = log_path
         self.recv, send = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path), daemon=True)
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options)),
+                                   daemon=True)
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
@@ -324,6 +343,8 @@ def run_suite(
         load_model_file(path)
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
+    if options.threads_per_worker is not None and options.threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be >= 1; got {options.threads_per_worker}")
     configs = list(configs)
     done: dict[int, RunRecord] = {}
     mp_ctx = _mp_context(options, configs) if options.isolate else None

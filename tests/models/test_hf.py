@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 import torchgauge
 from torchgauge.models.nlp.hf import factory
@@ -33,6 +34,10 @@ CHECKPOINT_SIZES = {
     "gpt2": (12, 768, 12, 50257),
     "gpt2-large": (36, 1280, 20, 50257),
     "openai/whisper-tiny": (4, 384, 6, 51865),
+    "google/canine-s": (12, 768, 12, None),  # code points, hashed: no vocabulary
+    "google/fnet-base": (12, 768, None, 32000),  # Fourier mixing: no attention heads
+    "bigscience/bloom-560m": (24, 1024, 16, 250880),
+    "allenai/OLMoE-1B-7B-0924": (16, 2048, 16, 50304),
 }
 # CLIP ViT-B/32: (layers, hidden, heads, vocab) of the text and the image towers.
 CLIP_TEXT_SIZES = (12, 512, 8, 49408)
@@ -58,11 +63,16 @@ EXPECTED_CHECKPOINTS = {
     "hf_GPT2_generate": "gpt2",
     "hf_Whisper": "openai/whisper-tiny",
     "hf_clip": "openai/clip-vit-base-patch32",
+    "hf_Canine": "google/canine-s",
+    "hf_FNet": "google/fnet-base",
+    "hf_Bloom": "bigscience/bloom-560m",
+    "hf_OLMoE": "allenai/OLMoE-1B-7B-0924",
 }
 
 
 def _sizes(config) -> tuple:
-    return (config.num_hidden_layers, config.hidden_size, config.num_attention_heads, getattr(config, "vocab_size", None))
+    return (config.num_hidden_layers, config.hidden_size, getattr(config, "num_attention_heads", None),
+            getattr(config, "vocab_size", None))
 
 
 def test_every_model_is_registered() -> None:
@@ -84,6 +94,16 @@ def test_full_config_matches_checkpoint(name: str) -> None:
         assert (config.vision_config.image_size, config.vision_config.patch_size) == (224, 32)
     else:
         assert _sizes(config) == CHECKPOINT_SIZES[spec.checkpoint]
+
+
+def test_olmoe_full_size_parameter_count_on_meta_device() -> None:
+    # Too large (27.7 GB in fp32) for test_param_counts, which allocates the full model.
+    transformers = pytest.importorskip("transformers")
+    spec = get_spec("hf_OLMoE").extra["hf_spec"]
+    model = spec.build_model(transformers, spec.build_config(transformers), torch.device("meta"))
+    assert sum(p.numel() for p in model.parameters()) == 6_919_161_856  # the paper's 6.9B
+    experts = model.config.num_experts, model.config.num_experts_per_tok
+    assert experts == (64, 8)
 
 
 def test_smoke_and_overrides_merge_nested_configs() -> None:

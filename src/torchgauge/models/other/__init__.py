@@ -1,15 +1,27 @@
 """other models: one file per architecture family, imported here to register them."""
 
 from . import (  # noqa: F401  (registers models)
+    autoformer,
     basic_gnn,
+    deepar,
+    deq_mdeq,
     differential_privacy,
+    dimenet_pp,
+    exprnn,
     fourier_neural_operator,
     gaussian_process,
     lennard_jones,
     linear_chain_crf,
     maml,
     moco,
+    neural_spline_flow,
+    patchtst,
+    prodlda,
     pyhpc_equation_of_state,
     pyhpc_isoneutral_mixing,
     pyhpc_turbulent_kinetic_energy,
+    s4d,
+    schnet,
+    svgp,
+    temporal_fusion_transformer,
 )

@@ -3,4 +3,4 @@
 ``envs.py`` holds the in-torch environments and the replay buffer they share.
 """
 
-from . import drq, learning_to_paint, sac  # noqa: F401  (registers models)
+from . import dqn, drq, learning_to_paint, ppo, sac  # noqa: F401  (registers models)

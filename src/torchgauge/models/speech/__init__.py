@@ -1,3 +1,15 @@
 """Speech models: one file per architecture family, imported here to register them."""
 
-from . import conformer, demucs, rnnt, speaker_encoder, speech_transformer, tacotron2  # noqa: F401  (registers models)
+from . import (  # noqa: F401  (registers models)
+    conformer,
+    ddsp,
+    deepspeech2,
+    demucs,
+    hifigan,
+    rnnt,
+    speaker_encoder,
+    speech_transformer,
+    tacotron1,
+    tacotron2,
+    wavenet,
+)

@@ -3,11 +3,15 @@
 from . import (  # noqa: F401  (registers models)
     background_matting,
     cyclegan,
+    dalle_dvae,
     dcgan,
     diffusion_unet,
     glow,
+    neural_style,
+    sagan,
     stargan,
     super_slomo,
     unet,
     unet3d,
+    vq_vae,
 )

@@ -23,7 +23,8 @@ from .params import fraction, selected_models
 @click.option("--chart", type=click.Path(dir_okay=False), default=None, help="Per-domain bar chart (.png or .svg).")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per model and mode.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=min(4, os.cpu_count() or 1), show_default=True,
-              help="Models recorded at once (coverage does not time anything, so parallel runs are safe).")
+              help="Models recorded at once (coverage does not time anything, so parallel runs are safe); "
+                   "the CPUs are shared out between them.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--exclude", multiple=True, help="fnmatch pattern of models to leave out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")

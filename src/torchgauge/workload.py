@@ -153,6 +153,9 @@ class Workload:
     eval_grad_mode: ClassVar[str] = "inference"
     # Set False in subclasses that build their own optimizers (GANs, RL).
     needs_optimizer: ClassVar[bool] = True
+    # Gradient-norm clipping between backward and the optimizer step, as many references do
+    # (after unscaling under fp16 AMP, so the true gradients are clipped); None: no clipping.
+    max_grad_norm: float | None = None
 
     def __init__(
         self,
@@ -204,18 +207,26 @@ class Workload:
             raise NotImplementedError(f"{self.name}: no loss_fn given and compute_loss not overridden")
         return self.loss_fn(outputs, self.targets)
 
+    def clipped_parameters(self) -> Iterator[nn.Parameter]:
+        """The parameters whose gradient norm ``max_grad_norm`` bounds (all, unless overridden)."""
+        return self.module.parameters()
+
     def train_step(self) -> torch.Tensor:
-        """zero_grad + forward + loss + backward + optimizer step; returns the detached loss."""
+        """zero_grad + forward + loss + backward (+ clipping) + optimizer step; returns the detached loss."""
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             loss = self.compute_loss(self.forward())
-        if self.grad_scaler is None:
-            loss.backward()
+        scaler = self.grad_scaler
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        if self.max_grad_norm is not None:
+            if scaler is not None:
+                scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.clipped_parameters(), self.max_grad_norm)
+        if scaler is None:
             self.optimizer.step()
         else:
-            self.grad_scaler.scale(loss).backward()
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
+            scaler.step(self.optimizer)
+            scaler.update()
         return loss.detach()
 
     def eval_step(self) -> Any:

@@ -301,6 +301,10 @@ def label_smoothed_nll_loss(lprobs: torch.Tensor, target: torch.Tensor, epsilon:
 class Translation(Workload):
     """Inputs ``(src, prev_output_tokens)``, target ids; eval decodes ``tgt_len`` tokens greedily."""
 
+    @property
+    def max_grad_norm(self) -> float:
+        return self.cfg.clip_norm
+
     def __init__(self, ctx: BuildContext, module: ConvS2S, inputs: tuple, targets: torch.Tensor,
                  cfg: ConvS2SConfig, **kwargs) -> None:
         super().__init__(ctx, module, inputs, targets, **kwargs)
@@ -316,22 +320,6 @@ class Translation(Workload):
         lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))
         loss = label_smoothed_nll_loss(lprobs, self.targets.view(-1), self.cfg.label_smoothing)
         return loss / self.targets.ne(PAD).sum()  # per target token (fairseq's sample_size)
-
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        scaler = self.grad_scaler
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is not None:
-            scaler.unscale_(self.optimizer)
-        nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.clip_norm)
-        if scaler is None:
-            self.optimizer.step()
-        else:
-            scaler.step(self.optimizer)
-            scaler.update()
-        return loss.detach()
 
 
 def _fold_weight_norm(module: nn.Module) -> None:

@@ -207,24 +207,10 @@ def quantile_loss(pred: torch.Tensor, target: torch.Tensor, quantiles: tuple[flo
 class TFTWorkload(Workload):
     """Quantile loss on the decoder steps; Adam with the reference's gradient-norm clipping."""
 
+    max_grad_norm = MAX_GRAD_NORM
+
     def compute_loss(self, outputs: torch.Tensor) -> torch.Tensor:
         return quantile_loss(outputs, self.targets, self.module.cfg.quantiles)
-
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        if self.grad_scaler is None:
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.module.parameters(), MAX_GRAD_NORM)
-            self.optimizer.step()
-        else:
-            self.grad_scaler.scale(loss).backward()
-            self.grad_scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.module.parameters(), MAX_GRAD_NORM)
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        return loss.detach()
 
 
 def _create_tft(ctx: BuildContext, **kwargs) -> Workload:

@@ -196,22 +196,6 @@ def spectrogram(audio: torch.Tensor, cfg: DeepSpeech2Config) -> torch.Tensor:
 class CTCWorkload(Workload):
     """Inputs ``(spectrograms, lengths)``; targets ``(concatenated transcripts, transcript lengths)``."""
 
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        scaler = self.grad_scaler
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is not None:
-            scaler.unscale_(self.optimizer)
-        nn.utils.clip_grad_norm_(self.module.parameters(), self.max_norm)
-        if scaler is None:
-            self.optimizer.step()
-        else:
-            scaler.step(self.optimizer)
-            scaler.update()
-        return loss.detach()
-
     def compute_loss(self, outputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         out, output_lengths = outputs
         targets, target_lengths = self.targets
@@ -247,7 +231,7 @@ def _create_deepspeech2(ctx: BuildContext, **kwargs) -> Workload:
     workload = CTCWorkload(ctx, model, (spect, frames), (targets, target_lengths), optimizer=(
         torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True, weight_decay=1e-5)
         if ctx.train else None))
-    workload.max_norm = cfg.max_norm
+    workload.max_grad_norm = cfg.max_norm
     return workload
 
 

@@ -268,6 +268,8 @@ def tacotron_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor
 class TacotronWorkload(Workload):
     """Train: teacher-forced forward, loss, clipped Adam step; eval: greedy decoding and Griffin-Lim."""
 
+    max_grad_norm = 1.0  # train.py: clip_grad_norm_(model.parameters(), 1.0)
+
     def forward(self):
         text, text_lens, mels = self.inputs
         if self.ctx.train:
@@ -277,22 +279,6 @@ class TacotronWorkload(Workload):
     def compute_loss(self, outputs) -> torch.Tensor:
         cfg = self.module.cfg
         return tacotron_loss(outputs, self.targets, int(3000 / (cfg.sample_rate * 0.5) * cfg.n_freq))
-
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        if self.grad_scaler is None:
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
-            self.optimizer.step()
-        else:
-            self.grad_scaler.scale(loss).backward()
-            self.grad_scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        return loss.detach()
 
 
 def _create_tacotron(ctx: BuildContext, **kwargs) -> Workload:

@@ -169,6 +169,11 @@ class ArcFaceModel(nn.Module):
 class ArcFaceWorkload(Workload):
     """Train: margin loss on ``(images, labels)``. Eval: flip-summed embeddings of pairs and their cosine."""
 
+    max_grad_norm = 5.0  # train_v2.py clips the backbone only
+
+    def clipped_parameters(self):
+        return self.module.backbone.parameters()
+
     def forward(self) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         (images,) = self.inputs
         if self.ctx.train:
@@ -180,22 +185,6 @@ class ArcFaceWorkload(Workload):
 
     def compute_loss(self, outputs: torch.Tensor) -> torch.Tensor:
         return self.module.head(outputs, self.targets)
-
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        scaler = self.grad_scaler
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is not None:
-            scaler.unscale_(self.optimizer)
-        nn.utils.clip_grad_norm_(self.module.backbone.parameters(), 5)  # train_v2.py: backbone only
-        if scaler is None:
-            self.optimizer.step()
-        else:
-            scaler.step(self.optimizer)
-            scaler.update()
-        return loss.detach()
 
 
 def _create_arcface(ctx: BuildContext, **kwargs) -> Workload:

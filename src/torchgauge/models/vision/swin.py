@@ -232,24 +232,10 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 class SwinWorkload(Workload):
     """Train step of the reference: label-smoothed cross-entropy, gradient norm clipped before AdamW."""
 
+    max_grad_norm = CLIP_GRAD  # the reference's AMP path unscales, then clips the true gradients
+
     def compute_loss(self, outputs: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(outputs, self.targets, label_smoothing=0.1)
-
-    def train_step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.compute_loss(self.forward())
-        if self.grad_scaler is None:
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.module.parameters(), CLIP_GRAD)
-            self.optimizer.step()
-        else:  # the reference's AMP path: unscale, then clip the true gradients
-            self.grad_scaler.scale(loss).backward()
-            self.grad_scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.module.parameters(), CLIP_GRAD)
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        return loss.detach()
 
 
 def _create_swin(ctx: BuildContext, cfg: SwinConfig, **kwargs) -> Workload:

@@ -216,6 +216,11 @@ class Workload:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             loss = self.compute_loss(self.forward())
+        self.backward_and_step(loss)
+        return loss.detach()
+
+    def backward_and_step(self, loss: torch.Tensor) -> None:
+        """Backward (loss-scaled under fp16 AMP), gradient clipping, optimizer step: for custom steps too."""
         scaler = self.grad_scaler
         (loss if scaler is None else scaler.scale(loss)).backward()
         if self.max_grad_norm is not None:
@@ -227,7 +232,6 @@ class Workload:
         else:
             scaler.step(self.optimizer)
             scaler.update()
-        return loss.detach()
 
     def eval_step(self) -> Any:
         """Forward pass under the model's eval grad mode; returns the outputs."""

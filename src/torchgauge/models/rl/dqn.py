@@ -122,13 +122,7 @@ class DQN(Workload):
             old_val = agent.q_network(data["obs"]).gather(1, data["action"]).squeeze(1)
             loss = F.huber_loss(old_val, td_target)
         self.optimizer.zero_grad()
-        if self.grad_scaler is None:
-            loss.backward()
-            self.optimizer.step()
-        else:
-            self.grad_scaler.scale(loss).backward()
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
+        self.backward_and_step(loss)
         if self.updates % cfg.target_update == 0:
             agent.target_network.load_state_dict(agent.q_network.state_dict())
         self.updates += 1

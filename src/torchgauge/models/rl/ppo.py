@@ -177,6 +177,10 @@ class PPO(Workload):
 
     eval_grad_mode = "no_grad"  # the rollout acts under torch.no_grad()
 
+    @property
+    def max_grad_norm(self) -> float:
+        return self.cfg.max_grad_norm  # CleanRL: clip_grad_norm_(agent.parameters(), 0.5) per minibatch
+
     def __init__(self, ctx: BuildContext, agent: nn.Module, obs: torch.Tensor, buffer: RolloutBuffer | None,
                  cfg: PPOConfig) -> None:
         opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5) if ctx.train else None
@@ -214,7 +218,6 @@ class PPO(Workload):
         flat = (b.obs.flatten(0, 1), b.actions.flatten(0, 1), b.logprobs.reshape(-1), advantages.reshape(-1),
                 returns.reshape(-1), b.values.reshape(-1))  # fmt: skip
         minibatch = batch // cfg.num_minibatches
-        scaler = self.grad_scaler
         for _ in range(cfg.update_epochs):
             b_inds = torch.randperm(batch, generator=self.generator, device=self.device)
             for start in range(0, batch, minibatch):
@@ -222,15 +225,7 @@ class PPO(Workload):
                 with self.autocast():
                     loss = self.minibatch_loss(*(t[mb_inds] for t in flat))
                 self.optimizer.zero_grad()
-                (loss if scaler is None else scaler.scale(loss)).backward()
-                if scaler is not None:
-                    scaler.unscale_(self.optimizer)
-                nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
-                if scaler is None:
-                    self.optimizer.step()
-                else:
-                    scaler.step(self.optimizer)
-                    scaler.update()
+                self.backward_and_step(loss)  # gradient norm clipped at cfg.max_grad_norm
         return loss.detach()
 
 

@@ -253,10 +253,15 @@ class MultiPeriodDiscriminator(nn.Module):
         """Scores and feature maps of every sub-discriminator on real ``y`` and generated ``y_hat``."""
         out: _Scores = ([], [], [], [])
         for d in self.discriminators:
-            for lists, (score, fmap) in zip(((out[0], out[2]), (out[1], out[3])), (d(y), d(y_hat))):
-                lists[0].append(score)
-                lists[1].append(fmap)
+            _append_scores(out, d(y), d(y_hat))
         return out
+
+
+def _append_scores(out: _Scores, real: tuple, fake: tuple) -> None:
+    """Append one sub-discriminator's ``(score, feature maps)`` on real and generated audio to ``out``."""
+    for lists, (score, fmap) in zip(((out[0], out[2]), (out[1], out[3])), (real, fake)):
+        lists[0].append(score)
+        lists[1].append(fmap)
 
 
 class MultiScaleDiscriminator(nn.Module):
@@ -271,9 +276,7 @@ class MultiScaleDiscriminator(nn.Module):
         for i, d in enumerate(self.discriminators):
             if i:
                 y, y_hat = self.meanpools[i - 1](y), self.meanpools[i - 1](y_hat)
-            for lists, (score, fmap) in zip(((out[0], out[2]), (out[1], out[3])), (d(y), d(y_hat))):
-                lists[0].append(score)
-                lists[1].append(fmap)
+            _append_scores(out, d(y), d(y_hat))
         return out
 
 

@@ -38,6 +38,10 @@ CHECKPOINT_SIZES = {
     "google/fnet-base": (12, 768, None, 32000),  # Fourier mixing: no attention heads
     "bigscience/bloom-560m": (24, 1024, 16, 250880),
     "allenai/OLMoE-1B-7B-0924": (16, 2048, 16, 50304),
+    "uw-madison/yoso-4096": (12, 768, 12, 50265),
+    "YituTech/conv-bert-base": (12, 768, 12, 30522),
+    "RWKV/rwkv-4-169m-pile": (12, 768, None, 50277),  # recurrent: no attention heads
+    "facebook/wmt19-en-de": (6, 1024, 16, 42024),
 }
 # CLIP ViT-B/32: (layers, hidden, heads, vocab) of the text and the image towers.
 CLIP_TEXT_SIZES = (12, 512, 8, 49408)
@@ -67,6 +71,10 @@ EXPECTED_CHECKPOINTS = {
     "hf_FNet": "google/fnet-base",
     "hf_Bloom": "bigscience/bloom-560m",
     "hf_OLMoE": "allenai/OLMoE-1B-7B-0924",
+    "hf_Yoso": "uw-madison/yoso-4096",
+    "hf_ConvBert": "YituTech/conv-bert-base",
+    "hf_Rwkv": "RWKV/rwkv-4-169m-pile",
+    "hf_FSMT": "facebook/wmt19-en-de",
 }
 
 

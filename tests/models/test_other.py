@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from torchgauge.models.other.basic_gnn import GCNConv, aggregate, gcn_edge_weights
+from torchgauge.models.other.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
 from torchgauge.models.other.differential_privacy import per_sample_gradients, privatize_gradients
 from torchgauge.models.other.lennard_jones import (
     PairPotential,
@@ -119,6 +119,31 @@ def test_aggregate_reductions() -> None:
     assert aggregate(messages, target, 4, "mean").flatten().tolist() == [2.0, -1.5, 5.0, 0.0]
     assert aggregate(messages, target, 4, "max").flatten().tolist() == [2.0, 1.0, 5.0, 0.0]
 
+
+
+def test_edge_softmax_matches_dense_masked_softmax() -> None:
+    gen = torch.Generator().manual_seed(0)
+    n, heads = 6, 2
+    edges = torch.tensor([[0, 1, 2, 3, 4, 5, 1, 3, 0], [1, 0, 1, 1, 3, 3, 2, 4, 5]])
+    logits = torch.randn(edges.shape[1], heads, generator=gen) * 10
+    alpha = edge_softmax(logits, edges[1], n)
+    for h in range(heads):
+        dense = torch.full((n, n), float("-inf")).index_put((edges[1], edges[0]), logits[:, h])  # (target, source)
+        mask = torch.isfinite(dense).any(1, keepdim=True)
+        expected = torch.where(mask, torch.softmax(dense, dim=1), 0.0)[edges[1], edges[0]]
+        torch.testing.assert_close(alpha[:, h], expected)
+
+
+def test_gat_one_head_attends_by_dense_softmax() -> None:
+    gen = torch.Generator().manual_seed(1)
+    conv = GATConv(3, 4).eval()
+    x = torch.randn(3, 3, generator=gen)
+    h = conv.lin(x)
+    a_src, a_dst = h @ conv.att_src[0, 0], h @ conv.att_dst[0, 0]
+    adj = torch.eye(3, dtype=torch.bool)  # self loops
+    adj[PATH_EDGES[1], PATH_EDGES[0]] = True  # adj[target, source]
+    scores = F.leaky_relu(a_dst[:, None] + a_src[None, :], 0.2).masked_fill(~adj, float("-inf"))
+    torch.testing.assert_close(conv(x, PATH_EDGES), torch.softmax(scores, 1) @ h + conv.bias)
 
 # -- pyhpc kernels ---------------------------------------------------------------------------------
 def test_grid_shape_of_torchbench_size() -> None:

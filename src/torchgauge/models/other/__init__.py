@@ -1,8 +1,11 @@
 """other models: one file per architecture family, imported here to register them."""
 
 from . import (  # noqa: F401  (registers models)
+    afno,
     autoformer,
     basic_gnn,
+    bayesian_optimization,
+    dagmm,
     deepar,
     deq_mdeq,
     differential_privacy,
@@ -10,7 +13,9 @@ from . import (  # noqa: F401  (registers models)
     exprnn,
     fourier_neural_operator,
     gaussian_process,
+    koopman,
     lennard_jones,
+    lfads,
     linear_chain_crf,
     maml,
     moco,

@@ -1,4 +1,4 @@
-"""Basic graph neural networks (GCN, GIN, GraphSAGE, EdgeCNN) for full-graph node classification.
+"""Basic graph neural networks (GCN, GIN, GraphSAGE, EdgeCNN, GAT) for full-graph node classification.
 
 TorchBench's ``basic_gnn_*`` run PyTorch Geometric's ``BasicGNN`` models (MIT): three
 layers of 64 channels with ReLU in between. Here the message passing is written directly
@@ -9,7 +9,14 @@ bag-of-words features, 7 classes), trained with cross-entropy over all nodes. La
 * GCN (Kipf & Welling, 2017): ``D^-1/2 (A + I) D^-1/2 X W + b``;
 * GIN (Xu et al., 2019): ``MLP((1 + eps) x_i + sum_j x_j)``, eps = 0, MLP = Linear-BN-ReLU-Linear;
 * GraphSAGE (Hamilton et al., 2017): ``W_1 mean_j x_j + W_2 x_i`` (mean aggregator);
-* EdgeConv (Wang et al., 2019): ``max_j MLP([x_i, x_j - x_i])`` on the same graph.
+* EdgeConv (Wang et al., 2019): ``max_j MLP([x_i, x_j - x_i])`` on the same graph;
+* GAT (Velickovic et al., 2018), as PyG's ``GATConv`` inside ``BasicGNN``'s ``GAT``: one head
+  (``heads=1``, PyG's default, which TorchBench keeps), self loops added, logits
+  ``leaky_relu(a_src . W x_j + a_dst . W x_i, 0.2)``, an edge softmax over each target's
+  incoming edges written as ``torch_geometric.utils.softmax`` (scatter-max of the detached
+  logits, ``index_select`` back to the edges, exp, scatter-sum, divide), dropout on the
+  attention coefficients with the model's dropout rate (``BasicGNN`` passes it to ``GATConv``),
+  heads concatenated in hidden layers and averaged in the output layer.
 
 Edges are ``(2, E)`` index pairs (source, target); messages flow source -> target.
 """
@@ -25,7 +32,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-__all__ = ["EdgeConv", "GCNConv", "GINConv", "SAGEConv", "aggregate", "gcn_edge_weights"]
+__all__ = ["EdgeConv", "GATConv", "GCNConv", "GINConv", "SAGEConv", "aggregate", "edge_softmax", "gcn_edge_weights"]
 
 
 def _in_degree(target: torch.Tensor, num_nodes: int, dtype: torch.dtype) -> torch.Tensor:
@@ -111,7 +118,47 @@ class EdgeConv(nn.Module):
         return aggregate(self.lin(torch.cat([x_i, x_j - x_i], dim=1)), edges[1], x.shape[0], "max")
 
 
-_LAYERS = {"gcn": GCNConv, "gin": GINConv, "sage": SAGEConv, "edgecnn": EdgeConv}
+def edge_softmax(logits: torch.Tensor, target: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """Softmax of edge logits ``(E, H)`` over the edges sharing a target node: ``(E, H)``.
+
+    As ``torch_geometric.utils.softmax``: the per-target max (of the detached logits; any
+    shift cancels) is gathered back to the edges with ``index_select``, and so is the sum.
+    """
+    peak = aggregate(logits.detach(), target, num_nodes, "max")  # (N, H)
+    out = (logits - peak.index_select(0, target)).exp()
+    denom = aggregate(out, target, num_nodes, "sum").index_select(0, target)
+    return out / (denom + 1e-16)
+
+
+class GATConv(nn.Module):
+    """``x (N, C_in) -> (N, heads * C_out)`` (concat) or ``(N, C_out)`` (mean over heads)."""
+
+    def __init__(self, in_ch: int, out_ch: int, heads: int = 1, concat: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.heads, self.out_ch, self.concat, self.dropout = heads, out_ch, concat, dropout
+        self.lin = nn.Linear(in_ch, heads * out_ch, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_ch))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_ch))
+        self.bias = nn.Parameter(torch.zeros(heads * out_ch if concat else out_ch))
+        nn.init.xavier_uniform_(self.lin.weight)  # PyG's glorot
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        loops = torch.arange(n, device=edges.device).expand(2, -1)
+        source, target = torch.cat([edges, loops], dim=1)  # the graph has no self loops to remove
+        h = self.lin(x).view(n, self.heads, self.out_ch)  # (N, H, C)
+        a_src, a_dst = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)  # (N, H)
+        logits = F.leaky_relu(a_src[source] + a_dst[target], 0.2)  # (E + N, H)
+        alpha = F.dropout(edge_softmax(logits, target, n), self.dropout, self.training)
+        messages = (h[source] * alpha.unsqueeze(-1)).flatten(1)  # (E + N, H * C)
+        out = aggregate(messages, target, n, "sum").view(n, self.heads, self.out_ch)
+        out = out.flatten(1) if self.concat else out.mean(1)
+        return out + self.bias
+
+
+_LAYERS = {"gcn": GCNConv, "gin": GINConv, "sage": SAGEConv, "edgecnn": EdgeConv, "gat": GATConv}
 
 
 @dataclass(frozen=True)
@@ -124,6 +171,7 @@ class GNNConfig:
     num_layers: int = 3
     num_classes: int = 7
     dropout: float = 0.5  # Kipf & Welling's Cora setting
+    heads: int = 1  # GAT only: PyG BasicGNN GAT's default
 
 
 class BasicGNN(nn.Module):
@@ -133,7 +181,13 @@ class BasicGNN(nn.Module):
         super().__init__()
         layer = _LAYERS[cfg.layer]
         widths = [cfg.in_channels] + [cfg.hidden] * (cfg.num_layers - 1) + [cfg.num_classes]
-        self.convs = nn.ModuleList(layer(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        if cfg.layer == "gat":  # as PyG's GAT.init_conv: hidden layers concatenate heads, the last averages
+            last = len(widths) - 2
+            self.convs = nn.ModuleList(
+                GATConv(a, b if i == last else b // cfg.heads, cfg.heads, concat=i != last, dropout=cfg.dropout)
+                for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
+        else:
+            self.convs = nn.ModuleList(layer(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
@@ -186,3 +240,11 @@ def basic_gnn_sage(ctx: BuildContext, **kwargs) -> Workload:
 def basic_gnn_edgecnn(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer EdgeCNN (EdgeConv, max aggregation) on the same graph, 64 hidden."""
     return _create_basic_gnn(ctx, **{"layer": "edgecnn", **kwargs})
+
+
+@register_model(**_SPEC, unsupported_precisions=("fp16",),
+                notes="fp16 unsupported: pure-fp16 Adam (eps 1e-8 underflows to 0) sends the weights to inf/NaN "
+                      "on the first step; bf16 and amp are fine.")
+def basic_gnn_gat(ctx: BuildContext, **kwargs) -> Workload:
+    """3-layer GAT (one head, attention dropout), 64 hidden."""
+    return _create_basic_gnn(ctx, **{"layer": "gat", **kwargs})

@@ -1,3 +1,3 @@
 """Recommendation models: one file per architecture family, imported here to register them."""
 
-from . import deep_recommender, dlrm  # noqa: F401  (registers models)
+from . import deep_recommender, dlrm, knowledge_graph  # noqa: F401  (registers models)

@@ -26,6 +26,17 @@ and values from the initial policy, unit-Gaussian rewards, episode ends with pro
 (continuous, HalfCheetah's 1000-step episodes) or 1/100 (Atari). Eval step = the rollout's
 acting step: ``get_action_and_value`` on one observation per env under ``no_grad``.
 
+``ppo_beta_continuous`` swaps the Gaussian for the Beta policy of Chou, Maturana & Scherer
+("Improving Stochastic Policy Gradients in Continuous Control with Deep Reinforcement Learning
+using the Beta Distribution", ICML 2017): the actor's last layer outputs ``2 * action_dim``
+values, ``alpha = softplus + 1`` and ``beta = softplus + 1`` (both >= 1, so the Beta is
+unimodal), a ``torch.distributions.Beta`` over ``[0, 1]`` gives sample / ``log_prob`` /
+``entropy`` (summed over the action dimensions, as the Normal's), and the acting step maps the
+sample affinely onto the action bounds (HalfCheetah's ``[-1, 1]``). The rollout keeps the
+``[0, 1]`` sample, whose Beta density the ratio uses (the affine map's Jacobian cancels in it).
+Everything else is ppo_continuous's: the paper uses TRPO/ACER, and there is no reference PPO
+script for it; here it is CleanRL's PPO with only the policy distribution changed.
+
 Differences: the learning-rate annealing and the logged statistics (approximate KL, clip
 fraction; ``.item()`` each minibatch) are left out; the batch (``num_envs * num_steps``,
 CleanRL's ``batch_size``) is the train batch size.
@@ -38,13 +49,14 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
-from torch.distributions import Categorical, Normal
+from torch.distributions import Beta, Categorical, Normal
+from torch.nn import functional as F
 
 from ...registry import register_model
 from ...workload import BuildContext, Workload
 from .envs import device_generator
 
-__all__ = ["AtariAgent", "ContinuousAgent", "PPOConfig", "RolloutBuffer", "gae", "layer_init"]
+__all__ = ["AtariAgent", "BetaAgent", "ContinuousAgent", "PPOConfig", "RolloutBuffer", "gae", "layer_init", "tanh_mlp"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class PPOConfig:
     obs_dim: int = 17  # HalfCheetah-v4
     action_dim: int = 6  # HalfCheetah-v4 (continuous) / Breakout's 4 actions (discrete)
     discrete: bool = False
+    beta_policy: bool = False  # Beta policy over the action bounds (Chou et al. 2017) instead of the Normal
+    action_bound: float = 1.0  # continuous actions lie in [-action_bound, action_bound] (HalfCheetah: 1)
     num_envs: int = 1
     num_minibatches: int = 32
     update_epochs: int = 10
@@ -85,21 +99,22 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 
     return layer
 
 
+def tanh_mlp(in_dim: int, hidden: int, out_dim: int, out_std: float) -> nn.Sequential:
+    """CleanRL's two-hidden-layer tanh MLP, orthogonal init (output layer scaled by ``out_std``)."""
+    return nn.Sequential(
+        layer_init(nn.Linear(in_dim, hidden)), nn.Tanh(),
+        layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
+        layer_init(nn.Linear(hidden, out_dim), std=out_std),
+    )  # fmt: skip
+
+
 class ContinuousAgent(nn.Module):
     """Observations ``(B, obs_dim)`` -> diagonal Normal policy over ``(B, action_dim)`` and value ``(B, 1)``."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: int = 64) -> None:
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden)), nn.Tanh(),
-            layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
-            layer_init(nn.Linear(hidden, 1), std=1.0),
-        )  # fmt: skip
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden)), nn.Tanh(),
-            layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
-            layer_init(nn.Linear(hidden, action_dim), std=0.01),
-        )  # fmt: skip
+        self.critic = tanh_mlp(obs_dim, hidden, 1, out_std=1.0)
+        self.actor_mean = tanh_mlp(obs_dim, hidden, action_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,6 +128,38 @@ class ContinuousAgent(nn.Module):
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+
+class BetaAgent(nn.Module):
+    """Observations ``(B, obs_dim)`` -> Beta policy over ``[0, 1]^action_dim`` and value ``(B, 1)``.
+
+    Same critic and actor MLPs as :class:`ContinuousAgent`; the actor's head outputs ``alpha`` and
+    ``beta`` for each action dimension and there is no log-std parameter.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, action_bound: float = 1.0, hidden: int = 64) -> None:
+        super().__init__()
+        self.critic = tanh_mlp(obs_dim, hidden, 1, out_std=1.0)
+        self.actor = tanh_mlp(obs_dim, hidden, 2 * action_dim, out_std=0.01)
+        self.action_bound = action_bound
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        return self.critic(x)
+
+    def distribution(self, x: torch.Tensor) -> Beta:
+        alpha, beta = self.actor(x).chunk(2, dim=-1)  # (B, A) each
+        return Beta(F.softplus(alpha) + 1.0, F.softplus(beta) + 1.0)  # alpha, beta >= 1: unimodal
+
+    def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """Action ``(B, A)`` in [0, 1] (sampled if not given), log-prob ``(B,)``, entropy ``(B,)``, value ``(B, 1)``."""
+        probs = self.distribution(x)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+
+    def scale_action(self, action: torch.Tensor) -> torch.Tensor:
+        """``[0, 1]`` -> ``[-action_bound, action_bound]``, the environment's action."""
+        return (2.0 * action - 1.0) * self.action_bound
 
 
 class AtariAgent(nn.Module):
@@ -229,6 +276,14 @@ class PPO(Workload):
         return loss.detach()
 
 
+class BetaPPO(PPO):
+    """PPO with :class:`BetaAgent`: the acting step hands the environment the rescaled action."""
+
+    def forward(self) -> tuple[torch.Tensor, ...]:
+        action, logprob, entropy, value = self.module.get_action_and_value(self.inputs[0])
+        return self.module.scale_action(action), logprob, entropy, value
+
+
 def _observations(ctx: BuildContext, cfg: PPOConfig, *batch: int) -> torch.Tensor:
     if cfg.discrete:  # frames as CleanRL's float32 buffer holds them: integers in [0, 255]
         return ctx.randint(0, 256, (*batch, FRAME_STACK, cfg.frame_size, cfg.frame_size)).float()
@@ -253,12 +308,17 @@ def _create_ppo(ctx: BuildContext, preset: dict, **kwargs) -> Workload:
     # smoke: 36x36 frames (a 1x1 last feature map), 2 epochs x 2 minibatches
     smoke = dict(num_minibatches=2, update_epochs=2, num_envs=min(PPOConfig(**preset).num_envs, 2), frame_size=36)
     cfg = replace(PPOConfig(**preset), **{**(smoke if ctx.smoke else {}), **kwargs})
-    agent = AtariAgent(cfg.action_dim, cfg.frame_size) if cfg.discrete else ContinuousAgent(cfg.obs_dim, cfg.action_dim)
+    if cfg.discrete:
+        agent = AtariAgent(cfg.action_dim, cfg.frame_size)
+    elif cfg.beta_policy:
+        agent = BetaAgent(cfg.obs_dim, cfg.action_dim, cfg.action_bound)
+    else:
+        agent = ContinuousAgent(cfg.obs_dim, cfg.action_dim)
     agent.to(ctx.device)
     rollout = 16 if ctx.smoke and not ctx.batch_size_given else ctx.batch_size  # num_envs * num_steps
     buffer = _synthetic_rollout(ctx, agent, cfg, max(rollout // cfg.num_envs, 1)) if ctx.train else None
     obs = _observations(ctx, cfg, ctx.batch_size)  # eval: one observation per env acting
-    return PPO(ctx, agent, obs, buffer, cfg)
+    return (BetaPPO if cfg.beta_policy else PPO)(ctx, agent, obs, buffer, cfg)
 
 
 _NOTES = ("One train step = GAE + every minibatch update of one PPO iteration on a synthetic rollout of "
@@ -281,3 +341,17 @@ def ppo_continuous(ctx: BuildContext, **kwargs) -> Workload:
 def ppo_atari(ctx: BuildContext, **kwargs) -> Workload:
     """PPO, Nature-CNN with Categorical policy, 4 epochs x 4 minibatches of an 8 x 128-step rollout."""
     return _create_ppo(ctx, ATARI, **kwargs)
+
+
+@register_model(domain="rl", task="continuous_control", batch_size=(2048, 1), param_count=11_469,
+                source="Chou, Maturana & Scherer, Improving Stochastic Policy Gradients in Continuous Control "
+                       "with Deep Reinforcement Learning using the Beta Distribution, ICML 2017; PPO as CleanRL "
+                       "ppo_continuous_action.py (MIT)",
+                unsupported_precisions=("fp16", "bf16", "amp"),
+                notes=f"{_NOTES} HalfCheetah sizes; ppo_continuous with a Beta policy (softplus + 1 "
+                      "concentrations); parameter count computed from the architecture: the 64-64 critic "
+                      "(5,377) and actor with a 12-output head (6,092), no log-std. fp16/bf16/amp unsupported: "
+                      "the Beta's sampler (torch._sample_dirichlet) has no half/bfloat16 CPU kernel.")  # fmt: skip
+def ppo_beta_continuous(ctx: BuildContext, **kwargs) -> Workload:
+    """PPO with a Beta policy over the action bounds, otherwise as ppo_continuous."""
+    return _create_ppo(ctx, dict(beta_policy=True), **kwargs)

@@ -11,5 +11,6 @@ from . import (  # noqa: F401  (registers models)
     speech_transformer,
     tacotron1,
     tacotron2,
+    waveglow,
     wavenet,
 )

@@ -1,7 +1,10 @@
-"""BERT and its derivatives (ALBERT, DistilBERT, RoBERTa, XLM-R) as masked language models.
+"""BERT and its derivatives (ALBERT, DistilBERT, RoBERTa, XLM-R, ConvBERT) as masked language models.
 
 Papers: Devlin et al., BERT, 2018; Lan et al., ALBERT, 2019; Sanh et al., DistilBERT, 2019;
-Liu et al., RoBERTa, 2019; Conneau et al., XLM-R, 2019. Implementation: Hugging Face
+Liu et al., RoBERTa, 2019; Conneau et al., XLM-R, 2019; Jiang et al., ConvBERT: Improving
+BERT with Span-based Dynamic Convolution, NeurIPS 2020 (half of each layer's heads are
+span-based dynamic convolutions whose kernels are generated per token, applied through
+``F.unfold``). Implementation: Hugging Face
 transformers ``*ForMaskedLM`` classes (Apache-2.0), random-initialised from the named
 checkpoints' configs. TorchBench trains them on random token labels (Adam, lr 1e-3) at
 sequence length 512; fambench_xlmr follows FAMBench's XLM-R run (sequence 64, batch 96,
@@ -136,6 +139,30 @@ XLM_ROBERTA_BASE = HFModelSpec(
     lr=0.01,
 )
 
+CONVBERT_BASE = HFModelSpec(
+    checkpoint="YituTech/conv-bert-base",
+    config_class="ConvBertConfig",
+    model_class="ConvBertForMaskedLM",
+    config={
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "embedding_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "head_ratio": 2,
+        "conv_kernel_size": 9,
+        "num_groups": 1,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+    },
+    seq_len=(512, 512),
+    smoke_config={**_SMOKE_BERT, "embedding_size": 32},
+)
+
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
                 batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=109_514_298, hf_spec=BERT_BASE_UNCASED)
@@ -177,3 +204,10 @@ def hf_Roberta_base(ctx: BuildContext, **kwargs: Any) -> Workload:
 def fambench_xlmr(ctx: BuildContext, **kwargs: Any) -> Workload:
     """XLM-R base (XLMRobertaForMaskedLM), FAMBench's sequence 64 and batch 96."""
     return create_hf_workload(ctx, XLM_ROBERTA_BASE, **kwargs)
+
+
+@register_model(domain="nlp", task="masked_language_modeling", source=f"Jiang et al., ConvBERT, NeurIPS 2020; {_SOURCE_HF}",
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=106_303_170, hf_spec=CONVBERT_BASE)
+def hf_ConvBert(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """ConvBERT-base (ConvBertForMaskedLM): mixed attention and span-based dynamic convolution, sequence 512."""
+    return create_hf_workload(ctx, CONVBERT_BASE, **kwargs)

@@ -1,9 +1,14 @@
-"""Long-sequence transformers: BigBird (block-sparse), Longformer (sliding window), Reformer (LSH).
+"""Long-sequence transformers: BigBird (block-sparse), Longformer (sliding window), Reformer (LSH), YOSO.
 
 Papers: Zaheer et al., Big Bird, 2020; Beltagy et al., Longformer, 2020; Kitaev et al.,
-Reformer, 2020. Implementation: Hugging Face transformers (Apache-2.0), random-initialised
-from the named checkpoints' configs. Sequence lengths are TorchBench's: 1024 train / 4096
-eval for BigBird and Longformer, 4096 for Reformer.
+Reformer, 2020; Zeng et al., You Only Sample (Almost) Once (YOSO), ICML 2021.
+Implementation: Hugging Face transformers (Apache-2.0), random-initialised from the named
+checkpoints' configs. Sequence lengths are TorchBench's: 1024 train / 4096 eval for BigBird
+and Longformer, 4096 for Reformer. YOSO has no TorchBench entry: it runs at 4096 tokens,
+the length of its checkpoint, with the checkpoint's expectation mode (``use_expectation``):
+attention weights are the LSH collision probability ``(1 - arccos(cos(q, k)) / pi)^tau``
+computed in closed form, plain PyTorch on every device (the sampled-hash mode needs
+YOSO's custom CUDA extension).
 """
 
 from __future__ import annotations
@@ -124,6 +129,34 @@ REFORMER_CRIME_AND_PUNISHMENT = HFModelSpec(
 )
 
 
+YOSO_4096 = HFModelSpec(
+    checkpoint="uw-madison/yoso-4096",
+    config_class="YosoConfig",
+    model_class="YosoForMaskedLM",
+    config={
+        "vocab_size": 50265,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 4098,
+        "type_vocab_size": 1,
+        "use_expectation": True,
+        "hash_code_len": 9,
+        "num_hash": 64,
+        "conv_window": None,
+        "use_fast_hash": True,
+        "lsh_backward": True,
+        "pad_token_id": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+    },
+    seq_len=(4096, 4096),
+    smoke_config=_SMOKE_ENCODER,
+)
+
+
 @register_model(
     domain="nlp", task="masked_language_modeling", source=f"Zaheer et al., Big Bird, 2020; {_SOURCE_HF}",
     batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",), param_count=128_111_286, hf_spec=BIGBIRD_ROBERTA_BASE,
@@ -151,3 +184,13 @@ def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
 def hf_Reformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Reformer crime-and-punishment (ReformerModelWithLMHead), LSH + local attention, 4096 tokens."""
     return create_hf_workload(ctx, REFORMER_CRIME_AND_PUNISHMENT, **kwargs)
+
+
+@register_model(
+    domain="nlp", task="masked_language_modeling", source=f"Zeng et al., YOSO, ICML 2021; {_SOURCE_HF}",
+    batch_size=(1, 1), preload=HF_PRELOAD, tags=("hf",), param_count=127_451_481, hf_spec=YOSO_4096,
+    notes="expectation mode: softmax-free O(T^2) attention from arccos collision probabilities",
+)
+def hf_Yoso(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """YOSO-4096 (YosoForMaskedLM), Bernoulli-LSH attention in expectation, 4096 tokens."""
+    return create_hf_workload(ctx, YOSO_4096, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import torchgauge
 from torchgauge.harness.metrics import register_metric, validate_metrics
@@ -67,3 +68,22 @@ def test_failing_extra_metric_keeps_the_timings() -> None:
         "planted_broken_metric": "RuntimeError: planted metric failure",
         "planted_unsupported_metric": "unsupported: needs a tool this machine lacks",
     }
+
+
+def test_diverged_training_keeps_timings_but_fails() -> None:
+    rec = torchgauge.measure(torchgauge.create("planted_diverges", mode="train", size="smoke"), repeat=3, warmup=2)
+    assert rec.status == "fail_accuracy"
+    assert rec.error.startswith("training diverged: 2 parameter tensors hold NaN/inf after 5 fp32 train steps")
+    assert "1.weight" in rec.error and len(rec.metrics["time_ms"]["samples"]) == 3
+
+
+def test_finite_training_and_eval_pass() -> None:
+    from torchgauge.measurement import nonfinite_parameters
+
+    w = torchgauge.create("planted_ok", mode="train", size="smoke")
+    assert torchgauge.measure(w, repeat=3, warmup=1).status == "ok" and nonfinite_parameters(w) == []
+    eval_w = torchgauge.create("planted_diverges", mode="eval", size="smoke")
+    with torch.no_grad():
+        next(eval_w.module.parameters()).fill_(float("nan"))
+    assert torchgauge.measure(eval_w, repeat=2, warmup=1).status == "ok"  # eval never trains: not checked
+    assert nonfinite_parameters(eval_w) == ["1.weight"]

@@ -4,6 +4,10 @@ This is the one function the library surface, the CLI and the isolated runner al
 warm-up, a memory window opened after warm-up, ``repeat`` timed steps with device syncs,
 then each extra metric in its own pass (so profilers and counters never touch the timed
 samples).
+
+A training run whose parameters hold NaN or infinity after the timed steps diverged (pure
+fp16 with Adam is the usual cause): its timings describe NaN arithmetic, so the record keeps
+them but gets status ``fail_accuracy`` with the reason, instead of passing as ``ok``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .stats.summary import summarize
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["measure", "timing_metrics", "config_for"]
+__all__ = ["measure", "timing_metrics", "config_for", "nonfinite_parameters"]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -79,6 +83,26 @@ def config_for(workload: "Workload", repeat: int, warmup: int, metrics: Iterable
         seed=ctx.seed,
         metrics=tuple(metrics),
     )
+
+
+def nonfinite_parameters(workload: "Workload") -> list[str]:
+    """Names of the module's floating-point parameters that hold a NaN or an infinity."""
+    import torch
+
+    named = [(n, p) for n, p in workload.module.named_parameters() if p.is_floating_point() or p.is_complex()]
+    if not named:
+        return []
+    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()  # one device sync
+    return [n for (n, _), ok in zip(named, finite) if not ok]
+
+
+def _divergence_reason(workload: "Workload", steps: int, precision: str) -> str | None:
+    bad = nonfinite_parameters(workload)
+    if not bad:
+        return None
+    shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    return (f"training diverged: {len(bad)} parameter tensors hold NaN/inf after {steps} {precision} train steps "
+            f"({shown}); the timings describe NaN arithmetic")
 
 
 def measure(
@@ -141,6 +165,8 @@ def measure(
             measured.update(probe.read())
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
+    steps = warmup + (repeat if timed_ms is not None else 0)
+    diverged = _divergence_reason(workload, steps, config.precision) if workload.mode == "train" else None
     for name in names:
         if name not in TIMED_PASS_METRICS:
             _collect_extra(name, workload, config, measured)
@@ -150,9 +176,10 @@ def measure(
         domain = ""
     return RunRecord(
         config=config,
-        status="ok",
+        status="fail_accuracy" if diverged else "ok",
         domain=domain,
         metrics=measured,
+        error=diverged,
         batch_size=workload.batch_size,
         started_at=started,
         wall_s=round(time.perf_counter() - t_start, 3),

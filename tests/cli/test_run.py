@@ -33,6 +33,18 @@ def test_run_failure_sets_exit_code_and_keeps_others(cli, tmp_path) -> None:
     assert {r["model"]: r["status"] for r in runs} == {"planted_ok": "ok", "planted_raises": "error"}
 
 
+def test_diverged_training_fails_the_run_but_keeps_its_timings(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, _ = cli("run", "planted_diverges", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode",
+                     "train", "--repeat", "2", "--warmup", "1", "--output", str(out), "--quiet")
+    assert code == 1  # a fast wrong answer fails the suite
+    runs = {r["model"]: r for r in json.loads(out.read_text())["runs"]}
+    assert runs["planted_ok"]["status"] == "ok"
+    diverged = runs["planted_diverges"]
+    assert diverged["status"] == "fail_accuracy" and diverged["error"].startswith("training diverged:")
+    assert len(diverged["metrics"]["time_ms"]["samples"]) == 2
+
+
 def test_run_json_output(cli, tmp_path) -> None:
     code, stdout, _ = cli("run", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
                           "--output", str(tmp_path / "r.json"), "--json", "--quiet")

@@ -49,7 +49,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 # fail_accuracy / eager_nondeterministic: the run was measured (time metrics kept) but its
-# --accuracy check failed, or could not judge because eager itself is nondeterministic.
+# --accuracy check failed (or its training diverged to NaN/inf parameters), or could not
+# judge because eager itself is nondeterministic.
 STATUSES = ("ok", "error", "oom", "timeout", "unsupported", "skipped", "fail_accuracy", "eager_nondeterministic")
 # Statuses that do not fail a suite run (CLI exit code 0). fail_accuracy fails it: a fast
 # wrong answer is a failure; eager_nondeterministic does not, the backend is not at fault.

@@ -70,8 +70,11 @@ def _sample_bins(features: Tensor, rois: Tensor, output_size: tuple[int, int], g
         slots = int(counts.max())
     padded = grid_points.new_full((batch, slots, ph * gh, pw * gw, 2), _OUTSIDE)
     padded[image_idx, rank] = grid_points
+    # Box coordinates stay fp32 (as the detectors keep them); the grid takes the features'
+    # dtype, which grid_sample requires in fp16/bf16 runs.
+    grid = padded.view(batch, slots * ph * gh, pw * gw, 2).to(features.dtype)
     sampled = F.grid_sample(
-        features, padded.view(batch, slots * ph * gh, pw * gw, 2), mode="bilinear", padding_mode="zeros", align_corners=True
+        features, grid, mode="bilinear", padding_mode="zeros", align_corners=True
     )  # (B, C, slots*ph*gh, pw*gw)
     pooled = F.avg_pool2d(sampled, (gh, gw)) if gh * gw > 1 else sampled  # (B, C, slots*ph, pw)
     pooled = pooled.view(batch, channels, slots, ph, pw).transpose(1, 2)  # (B, slots, C, ph, pw)

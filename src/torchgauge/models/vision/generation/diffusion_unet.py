@@ -155,7 +155,8 @@ class DiffusionUNet(nn.Module):
         nn.init.zeros_(self.conv_out.weight)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        temb = self.temb(timestep_embedding(t, self.ch))  # (B, 4ch)
+        # The sinusoids are computed in fp32 (large arguments), then take the weights' dtype.
+        temb = self.temb(timestep_embedding(t, self.ch).to(x.dtype))  # (B, 4ch)
         hs = [self.conv_in(x)]  # skips, (B, ch, H, W) first
         for level, blocks in enumerate(self.down_blocks):
             for blk in blocks:

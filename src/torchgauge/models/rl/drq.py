@@ -78,7 +78,7 @@ class Encoder(nn.Module):
         self.head = nn.Sequential(nn.Linear(num_filters * side * side, feature_dim), nn.LayerNorm(feature_dim))
 
     def forward(self, obs: torch.Tensor, detach_convs: bool = False) -> torch.Tensor:
-        h = obs / 255.0
+        h = obs.to(self.convs[0].weight.dtype) / 255.0  # frames are stored as uint8 values
         for conv in self.convs:
             h = torch.relu(conv(h))  # (B, F, 35, 35) at the end
         h = h.flatten(1)

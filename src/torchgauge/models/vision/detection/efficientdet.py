@@ -255,7 +255,9 @@ class EfficientDet(nn.Module):
         focal = sigmoid_focal_loss(logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma, "sum")
         image_idx, anchor_idx = torch.nonzero(foreground, as_tuple=True)
         target_deltas = self.box_coder.encode(anchors[anchor_idx], matched_boxes[image_idx, anchor_idx])
-        huber = F.huber_loss(deltas[image_idx, anchor_idx], target_deltas, delta=cfg.huber_delta, reduction="sum")
+        # in the targets' dtype: boxes stay fp32 in fp16/bf16 runs, and huber_loss's backward needs one dtype
+        pred_deltas = deltas[image_idx, anchor_idx].to(target_deltas.dtype)
+        huber = F.huber_loss(pred_deltas, target_deltas, delta=cfg.huber_delta, reduction="sum")
         return {"loss_cls": focal / num_positives, "loss_box": cfg.box_loss_weight * huber / (4 * num_positives)}
 
 

@@ -132,7 +132,8 @@ class RetinaNet(nn.Module):
                 per_box = F.l1_loss(fg_deltas, target_deltas, reduction="none").sum(1)
             else:
                 per_box = F.smooth_l1_loss(fg_deltas, target_deltas, beta=cfg.smooth_l1_beta, reduction="none").sum(1)
-        per_image = torch.zeros_like(num_fg).index_add_(0, image_idx, per_box)
+        # per_box is fp32 when the targets are (fp16/bf16 runs keep boxes fp32): sum it in its dtype
+        per_image = per_box.new_zeros(num_fg.shape).index_add_(0, image_idx, per_box)
         return {"loss_cls": loss_cls, "loss_box": (per_image / num_fg).mean()}
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.models.other.afno import AFNO2D, AFNOConfig, AFNONet, lp_loss
+from torchgauge.models.other.afno import AFNO2D, AFNOConfig, AFNONet
+from torchgauge.models.other.fourier_neural_operator import relative_l2_loss
 from torchgauge.models.other.fourier_neural_operator import FNO3d, FNO3dConfig, SpectralConv3d
 
 F64 = torch.float64
@@ -134,10 +135,10 @@ def test_afnonet_head_puts_each_token_back_on_its_patch() -> None:
     torch.testing.assert_close(out[0, 1], expected)
 
 
-def test_lp_loss_averages_per_sample_relative_errors() -> None:
+def test_mean_relative_l2_loss_averages_per_sample_relative_errors() -> None:
     y = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     pred = y + torch.tensor([[0.0, 1.0], [0.5, 0.0]])
-    assert lp_loss(pred, y).item() == pytest.approx((1 / 5 + 0.5) / 2)
+    assert relative_l2_loss(pred, y, reduction="mean").item() == pytest.approx((1 / 5 + 0.5) / 2)
 
 
 @pytest.mark.parametrize("name", ["fno3d_navier_stokes", "fourcastnet_afno"])

@@ -215,10 +215,16 @@ class FNO3d(nn.Module):
         return self.project(x)
 
 
-def relative_l2_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``sum_b ||pred_b - target_b|| / ||target_b||``: the reference's LpLoss(size_average=False)."""
+def relative_l2_loss(pred: torch.Tensor, target: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+    """Per-sample ``||pred_b - target_b|| / ||target_b||``, summed (the reference's ``LpLoss(size_average=False)``)
+    or averaged over the batch (``reduction="mean"``: ``LpLoss()``, which FourCastNet reuses)."""
     pred, target = pred.flatten(1), target.flatten(1)
-    return (torch.linalg.vector_norm(pred - target, dim=1) / torch.linalg.vector_norm(target, dim=1)).sum()
+    per_sample = torch.linalg.vector_norm(pred - target, dim=1) / torch.linalg.vector_norm(target, dim=1)
+    if reduction == "sum":
+        return per_sample.sum()
+    if reduction == "mean":
+        return per_sample.mean()
+    raise ValueError(f"unknown reduction {reduction!r}; accepted: sum, mean")
 
 
 def _random_field(ctx: BuildContext, samples: int, resolution: int) -> torch.Tensor:

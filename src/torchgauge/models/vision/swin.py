@@ -38,6 +38,7 @@ __all__ = [
     "WindowAttention",
     "relative_position_index",
     "shifted_window_mask",
+    "transformer_init_weights",
     "window_partition",
     "window_reverse",
 ]
@@ -45,6 +46,17 @@ __all__ = [
 # The reference's value for "no attention" between regions of a shifted window (not -inf).
 MASK_VALUE = -100.0
 CLIP_GRAD = 5.0  # TRAIN.CLIP_GRAD of the reference config
+
+
+def transformer_init_weights(m: nn.Module) -> None:
+    """The reference's (timm's) ``_init_weights``: Linear weights trunc-normal(0.02), zero biases, unit LayerNorms."""
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
 
 
 @dataclass(frozen=True)
@@ -205,14 +217,8 @@ class SwinTransformer(nn.Module):
         self.stages = nn.Sequential(*stages)  # (B, (S/32)^2, 8C)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, cfg.num_classes)
-        for m in self.modules():  # the reference's _init_weights
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        for m in self.modules():
+            transformer_init_weights(m)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.patch_norm(self.patch_embed(x).flatten(2).transpose(1, 2))  # (B, (S/4)^2, C)

@@ -16,9 +16,11 @@ from .params import threshold as _threshold
               help="A `torchgauge coverage --output` JSON file for the coverage figure.")
 @click.option("--threshold", default="7%", show_default=True, callback=_threshold,
               help="Relative change that counts, for the verdicts and the step markers.")
+@click.option("--machine", default=None,
+              help="Machine fingerprint whose latest run the index shows (default: the newest run's).")
 @click.option("--title", default=None, help="Title shown on every page.")
 def report_command(*, results_files: tuple[str, ...], db: str | None, output: str, coverage_file: str | None,
-                   threshold: float, title: str | None) -> None:
+                   threshold: float, machine: str | None, title: str | None) -> None:
     """Write a dashboard of RESULTS_FILES (oldest first; the last is the latest run) or of --db into --output.
 
     The site opens from the file system with no network: index.html (the latest run, sortable and
@@ -46,7 +48,7 @@ def report_command(*, results_files: tuple[str, ...], db: str | None, output: st
         if not isinstance(coverage, dict) or "summary" not in coverage:
             raise click.BadParameter(f"{coverage_file} has no 'summary'; accepted: the JSON of "
                                      "`torchgauge coverage --output`", param_hint="--coverage")
-    options = {"title": title or DEFAULT_TITLE, "threshold": threshold, "coverage": coverage}
+    options = {"title": title or DEFAULT_TITLE, "threshold": threshold, "coverage": coverage, "machine": machine}
     try:
         if results_files:
             built = build_site_from_results(results_files, output, **options)

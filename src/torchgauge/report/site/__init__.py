@@ -84,7 +84,8 @@ def _trace_links(histories_points: Mapping[str, Sequence[Mapping[str, Any]]], pa
 
 
 def build_site(store: Store, output: str | os.PathLike, *, title: str = DEFAULT_TITLE,
-               threshold: float = DEFAULT_THRESHOLD, coverage: Mapping[str, Any] | None = None) -> BuiltSite:
+               threshold: float = DEFAULT_THRESHOLD, coverage: Mapping[str, Any] | None = None,
+               machine: str | None = None) -> BuiltSite:
     """Write the dashboard of ``store`` into ``output`` (created; existing pages are replaced).
 
     Args:
@@ -93,13 +94,15 @@ def build_site(store: Store, output: str | os.PathLike, *, title: str = DEFAULT_
         title: shown on every page.
         threshold: relative change that counts, for the index verdicts and the step markers.
         coverage: a ``torchgauge coverage --output`` document for the coverage figure.
+        machine: the machine fingerprint whose latest run is the index (default: the newest run's);
+            the other machines' latest runs are the device comparison's other sides either way.
 
     Raises:
         SiteError: plotly is missing. StoreError: the store holds no run.
     """
     js = plotly_js()
     root = Path(output)
-    latest = latest_run(store, threshold=threshold)
+    latest = latest_run(store, threshold=threshold, machine=machine)
     size = _write(root / "assets" / "plotly.min.js", js)
     static = resources.files(__package__) / "static"
     for name in _STATIC:

@@ -26,11 +26,12 @@ from ...results.store import METRIC_PATHS, SeriesPoint, Store, SuiteInfo, metric
 from ...stats.compare import DEFAULT_THRESHOLD
 from ...stats.summary import IQR_WARN_THRESHOLD, summarize
 from ..breakdown import COMPONENT_LABELS, COMPONENTS, BreakdownRow, breakdown_rows, domain_table
-from ..history import history_tables, series_groups
+from ..history import METRIC_UNITS, history_tables, series_groups
 
 __all__ = [
     "ENV_FIELDS",
     "INDEX_VERDICTS",
+    "METRIC_UNITS",
     "IndexRow",
     "LatestRun",
     "ModelHistory",
@@ -49,9 +50,6 @@ INDEX_VERDICTS = ("regression", "improvement", "inconclusive", "same", "new fail
 # Environment fields shown for each point of a history, in this order.
 ENV_FIELDS = ("hostname", "machine_fingerprint", "torch_version", "torch_git_version", "python_version",
               "cuda_version", "gpu_name", "gpu_driver", "cpu_model", "cpu_count", "torch_num_threads", "platform")
-# Units of the metrics followed on the model pages (keys of METRIC_PATHS).
-METRIC_UNITS = {"time": "ms", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB", "instructions": "instructions / step",
-                "op_counts": "ops / step", "flops": "FLOP / step", "tflops": "TFLOP/s", "compile_s": "s"}
 # Statuses whose metrics are measurements (an accuracy failure keeps its timings).
 MEASURED_STATUSES = ("ok", "fail_accuracy", "eager_nondeterministic")
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -137,13 +135,13 @@ def _suite_info(store: Store, suite_id: int) -> SuiteInfo:
     return next(s for s in store.suites() if s.id == suite_id)
 
 
-def latest_run(store: Store, *, threshold: float = DEFAULT_THRESHOLD) -> LatestRun:
-    """The newest suite with runs, judged against the newest earlier suite of the same machine.
+def latest_run(store: Store, *, threshold: float = DEFAULT_THRESHOLD, machine: str | None = None) -> LatestRun:
+    """The newest suite with runs (of ``machine`` if given), judged against that machine's previous suite.
 
     Raises:
-        StoreError: the store holds no run.
+        StoreError: the store holds no run (of that machine).
     """
-    latest_id = store.resolve("latest")
+    latest_id = store.resolve("latest", machine=machine)
     suite = _suite_info(store, latest_id)
     earlier = [i for i in store.latest_ids(machine=suite.machine_fingerprint, count=2) if i != latest_id]
     previous = _suite_info(store, earlier[0]) if earlier else None

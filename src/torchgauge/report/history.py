@@ -71,7 +71,7 @@ def sparkline(values: Sequence[float | None]) -> str:
 
     Example:
         >>> sparkline([1.0, 2.0, None, 3.0])
-        '\u2581\u2584 \u2588'
+        '\u2581\u2585 \u2588'
     """
     valid = [v for v in values if v is not None]
     if not valid:

@@ -191,3 +191,12 @@ def test_hostile_model_name_is_text(browser, site, scenario) -> None:
     errors = page.page.eval_on_selector_all("td.err", "cells => cells.map(c => c.textContent)")
     assert scenario.ERROR in errors and page.page.locator("b").count() == 0
     page.close()
+
+
+def test_environment_link_opens_its_row(browser, site) -> None:
+    page = Page(browser, site / "models" / "bert.html")
+    assert not page.page.locator("#env-1").is_visible()
+    page.page.locator("details summary").first.click()  # the first configuration's runs
+    page.page.locator("a[href='#env-1']").first.click()
+    assert page.page.locator("#env-1").is_visible()
+    page.close()

@@ -202,7 +202,8 @@ def model_page(history: ModelHistory, traces: dict[str, str | None]) -> str:
             f"level found by step detection; triangles mark level changes of at least {history.threshold:.1%} "
             "(red up: regression, green down: improvement).</p>"
             f"{charts or '<p>No measured value in any run.</p>'}<h2>Runs</h2>{''.join(runs)}"
-            f"<h2>Environments</h2>{_env_table(history.envs)}")
+            f"<h2>Environments</h2><details id=\"environments\"><summary>{len(history.envs)} environment(s)</summary>"
+            f"{_env_table(history.envs)}</details>")
     return page(title=f"{history.model}: history", kind="model", body=body, root="../", data=data, plotly=True)
 
 

@@ -156,8 +156,20 @@
     return traces;
   }
 
+  // Links to a run's environment (#env-N) open the collapsed table that holds it.
+  function revealTarget() {
+    var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+    var details = target ? target.closest("details") : null;
+    if (details) {
+      details.open = true;
+      target.scrollIntoView();
+    }
+  }
+
   function initModel() {
     var data = pageData();
+    window.addEventListener("hashchange", revealTarget);
+    revealTarget();
     Array.prototype.forEach.call(document.querySelectorAll("div.chart[data-metric]"), function (div) {
       var metric = data.metrics[div.getAttribute("data-metric")];
       var traces = [];

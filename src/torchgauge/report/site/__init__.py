@@ -71,10 +71,10 @@ def _write(path: Path, text: str) -> int:
     return len(data)
 
 
-def _trace_links(histories_points: Mapping[str, Sequence[Mapping[str, Any]]], page_dir: Path) -> dict[str, str | None]:
+def _trace_links(points_by_config: Mapping[str, Sequence[Mapping[str, Any]]], page_dir: Path) -> dict[str, str | None]:
     """Recorded trace path -> link from ``page_dir`` (relative, so site and traces move together), None if absent."""
     out: dict[str, str | None] = {}
-    for points in histories_points.values():
+    for points in points_by_config.values():
         for p in points:
             for trace in p["traces"]:
                 if trace not in out:

@@ -117,11 +117,13 @@ class LatestRun:
     improvements: int = 0
 
 
-def _time_summary(record: RunRecord) -> tuple[float | None, float | None, float | None, bool | None]:
-    t = record.metrics.get("time_ms") or {}
-    samples = [float(s) for s in t.get("samples") or [] if s is not None and not math.isnan(float(s))]
-    if record.status not in MEASURED_STATUSES:
+def _time_summary(metrics: Mapping[str, Any], status: str) -> tuple[float | None, float | None, float | None,
+                                                                   bool | None]:
+    """(median, CI low, CI high, noisy) of a run's time; stored summaries first, else from its samples."""
+    if status not in MEASURED_STATUSES:
         return None, None, None, None
+    t = metrics.get("time_ms") or {}
+    samples = [float(s) for s in t.get("samples") or [] if s is not None and not math.isnan(float(s))]
     if samples and any(t.get(k) is None for k in ("median", "ci_low", "ci_high")):
         s = summarize(samples)
         return s.median, s.ci_low, s.ci_high, s.noisy
@@ -159,7 +161,7 @@ def latest_run(store: Store, *, threshold: float = DEFAULT_THRESHOLD, machine: s
                 found[s.config.key()] = (kind, s)
     rows = []
     for r in results.runs:
-        median, lo, hi, noisy = _time_summary(r)
+        median, lo, hi, noisy = _time_summary(r.metrics, r.status)
         kind, item = found.get(r.config.key(), (None, None))
         previous_ms = change = p_value = None
         if kind == "finding":
@@ -202,17 +204,10 @@ class ModelHistory:
 
 
 def _interval(point: SeriesPoint, metric: str) -> tuple[float | None, float | None]:
-    if metric != "time" or point.status not in MEASURED_STATUSES:
+    if metric != "time":
         return None, None
-    t = point.metrics.get("time_ms") or {}
-    lo, hi = t.get("ci_low"), t.get("ci_high")
-    if lo is None or hi is None:
-        samples = [float(s) for s in t.get("samples") or [] if s is not None]
-        if not samples:
-            return None, None
-        s = summarize(samples)
-        lo, hi = s.ci_low, s.ci_high
-    return lo, hi
+    _, low, high, _ = _time_summary(point.metrics, point.status)
+    return low, high
 
 
 def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESHOLD) -> ModelHistory:

@@ -123,3 +123,28 @@ def test_build_site_from_results_files(scenario, tmp_path) -> None:
     assert built.models == 3
     index = (tmp_path / "site" / "index.html").read_text()
     assert index.count("<tr>") == 1 + 3 * 2 * 2 and "regression" in index
+
+
+def test_figures_summarise_coverage_recorded_by_runs(tmp_path) -> None:
+    from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+
+    def run(model: str, apis: list[str], ops: list[str]) -> RunRecord:
+        return RunRecord(RunConfig(model, mode="eval", metrics=("coverage",)), "ok", domain="vision",
+                         metrics={"coverage": {"apis": apis, "ops": ops, "modules": ["Conv2d"]}})
+
+    runs = [run("resnet18", ["torch.nn.functional.conv2d", "torch.Tensor.add", "not.an.api"], ["aten::conv2d"]),
+            run("alexnet", ["torch.nn.functional.conv2d", "torch.nn.functional.relu"], ["aten::relu", "aten::conv2d"])]
+    path = tmp_path / "cov.json"
+    ResultsFile(env={"machine_fingerprint": "m1"}, runs=runs).write(path)
+    build_site_from_results([path], tmp_path / "site")
+    page = (tmp_path / "site" / "figures.html").read_text()
+    data = json.loads(re.search(r'id="page-data">(.*?)</script>', page).group(1))
+    cov = data["coverage"]
+    assert cov["apis"]["suite"] == 3  # the two functional ops and Tensor.add; "not.an.api" is outside the universe
+    assert cov["ops"]["suite"] == 2 and cov["per_domain"]["vision"] == {"models": 2, "apis": 3, "ops": 2}
+    assert [g["model"] for g in cov["greedy"]] == ["alexnet", "resnet18"]  # a tie at 2 new APIs: by name
+
+    ResultsFile(env={}, runs=[run("<no such model>", ["torch.add"], [])]).write(path)
+    build_site_from_results([path], tmp_path / "site2")
+    page = (tmp_path / "site2" / "figures.html").read_text()
+    assert "cannot summarise the recorded coverage: unknown model &#x27;&lt;no such model&gt;&#x27;" in page

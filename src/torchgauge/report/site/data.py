@@ -324,22 +324,61 @@ def _devices(store: Store, latest: LatestRun) -> list[dict[str, Any]]:
     return out
 
 
+def _coverage_figure(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a :func:`~torchgauge.report.coverage.summarize_coverage` summary the page draws."""
+    apis, ops = summary.get("apis") or {}, summary.get("ops") or {}
+    return {"summary": {k: summary.get(k) for k in ("models", "against", "cover_target", "modules")},
+            "apis": {k: apis.get(k) for k in ("suite", "tagged", "ratio", "universe", "fraction_of_universe",
+                                              "cover_subset")},
+            "ops": {k: ops.get(k) for k in ("suite", "tagged", "ratio", "cover_subset")},
+            "per_domain": summary.get("per_domain") or {},
+            "greedy": apis.get("greedy") or []}
+
+
+def _recorded_coverage(records: Sequence[RunRecord]) -> dict[str, Any] | None:
+    """The coverage summary of runs made with ``--metrics coverage``; None when no run has one.
+
+    Uses :func:`torchgauge.coverage.entries_from_records` (registry tags, torch's API universe),
+    so torch and the model registry are imported only when such runs exist.
+
+    Raises:
+        ValueError: a run with coverage is of a model this torchgauge does not register.
+    """
+    if not any(isinstance(r.metrics.get("coverage"), Mapping) for r in records):
+        return None
+    from ...coverage import entries_from_records
+    from ...harness.coverage import api_universe
+    from ...registry import UnknownModelError
+    from ..coverage import summarize_coverage
+
+    try:
+        entries, _failures = entries_from_records(records)
+    except UnknownModelError as exc:
+        raise ValueError(f"cannot summarise the recorded coverage: {exc.args[0]}") from None
+    return summarize_coverage(entries, universe=api_universe())
+
+
 def figures_data(store: Store, latest: LatestRun, coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The paper's figures for the latest run: breakdown, backends, devices, and coverage if given.
+    """The paper's figures for the latest run: breakdown, backends, devices and coverage.
 
     Args:
         store: the history (other machines' latest runs are the device comparison's other sides).
         latest: from :func:`latest_run`.
-        coverage: a ``torchgauge coverage --output`` document, or None.
+        coverage: a ``torchgauge coverage --output`` document; without it, the coverage recorded by
+            the latest run's ``--metrics coverage`` runs, if any.
+
+    Returns:
+        JSON-ready figures; ``coverage`` is None without coverage data, ``coverage_error`` says
+        why recorded coverage could not be summarised.
     """
-    cov = None
+    cov, error = None, None
     if coverage is not None:
-        summary = coverage.get("summary") or {}
-        cov = {"summary": {k: summary.get(k) for k in ("models", "against", "cover_target", "modules")},
-               "apis": {k: (summary.get("apis") or {}).get(k) for k in ("suite", "tagged", "ratio", "universe",
-                                                                          "fraction_of_universe", "cover_subset")},
-               "ops": {k: (summary.get("ops") or {}).get(k) for k in ("suite", "tagged", "ratio", "cover_subset")},
-               "per_domain": summary.get("per_domain") or {},
-               "greedy": (summary.get("apis") or {}).get("greedy") or []}
+        cov = _coverage_figure(coverage.get("summary") or {})
+    else:
+        try:
+            recorded = _recorded_coverage(latest.results.runs)
+        except ValueError as exc:
+            recorded, error = None, str(exc)
+        cov = None if recorded is None else _coverage_figure(recorded)
     return {"breakdown": _breakdown(latest.results.runs), "backends": _backends(latest.results.runs),
-            "devices": _devices(store, latest), "coverage": cov}
+            "devices": _devices(store, latest), "coverage": cov, "coverage_error": error}

@@ -260,8 +260,11 @@ def figures_page(figures: dict[str, Any], *, title: str) -> str:
     parts.append("<h2>API coverage</h2>")
     cov = figures["coverage"]
     if cov is None:
-        parts.append("<p class=\"empty\">No coverage given; record it with <code>torchgauge coverage --output "
-                     "coverage.json</code> and pass <code>--coverage coverage.json</code>.</p>")
+        if figures.get("coverage_error"):
+            parts.append(f"<p class=\"empty\">{escape_html(figures['coverage_error'])}</p>")
+        parts.append("<p class=\"empty\">No coverage in the latest run; record it with <code>torchgauge coverage "
+                     "--output coverage.json</code> and pass <code>--coverage coverage.json</code>, or run with "
+                     "<code>--metrics time,coverage</code>.</p>")
     else:
         a, o = cov["apis"], cov["ops"]
         rows = [["Python APIs", a["suite"], a["tagged"], None if a["ratio"] is None else f"{a['ratio']:.2f}x",

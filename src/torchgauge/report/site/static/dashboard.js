@@ -60,7 +60,7 @@
       Object.keys(seen).sort().forEach(function (v) {
         var option = document.createElement("option");
         option.value = v;
-        option.textContent = v;
+        option.textContent = select.getAttribute("aria-label") + ": " + (v || "(none)");
         select.appendChild(option);
       });
       select.addEventListener("change", applyFilters);

@@ -105,3 +105,20 @@ def test_run_stores_each_finished_run(cli, tmp_path) -> None:
     code, _, err = cli("run", "planted_ok", "--model-file", planted, "--size", "smoke", "--mode", "eval", "--repeat", "2",
                        "--output", str(tmp_path / "r2.json"), "--db", str(db), "--no-db", "-q", "--in-process")
     assert code == 0 and "stored as run" not in err
+
+
+def test_history_plot_and_sparkline(cli, db, tmp_path) -> None:
+    plot = tmp_path / "plots" / "resnet18.png"
+    code, stdout, err = cli("history", "resnet18", "--mode", "eval", "--db", str(db), "--plot", str(plot))
+    assert code == 0 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot written to" in err
+    # levels 10, 10.1, failed, 10, then 12, 12.1, 11.9, 12: low blocks, a blank, high blocks
+    assert "\u2581\u2581 \u2581\u2588\u2588\u2587\u2588" in stdout
+    code, _, err = cli("history", "resnet18", "--db", str(db), "--plot", str(tmp_path / "x.txt"))
+    assert code == 2 and "accepted extensions: .png, .svg, .pdf" in err
+
+
+def test_sparkline() -> None:
+    from torchgauge.report.history import sparkline
+
+    assert sparkline([1.0, 2.0, None, 3.0]) == "\u2581\u2585 \u2588"
+    assert sparkline([5.0, 5.0]) == "\u2581\u2581" and sparkline([None]) == " " and sparkline([]) == ""

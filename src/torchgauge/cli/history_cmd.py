@@ -20,10 +20,13 @@ _METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="History database (default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series and steps as JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Also draw the series to this file (.png, .svg or .pdf; needs matplotlib): one line per "
+                   "configuration, detected levels dashed, steps marked.")
 def history_command(**kw: object) -> None:
     """Show MODEL's stored runs of one metric in time order, with detected steps."""
     from ..compare.regression import parse_threshold
-    from ..report.history import HISTORY_COLUMNS, history_tables
+    from ..report.history import HISTORY_COLUMNS, METRIC_UNITS, history_tables, sparkline, write_history_plot
     from ..results.store import Store, StoreError, default_db_path
     from .terminal import Terminal
 
@@ -41,9 +44,18 @@ def history_command(**kw: object) -> None:
     if not points:
         raise click.ClickException(f"no stored run of {kw['model']!r} matches; see `torchgauge export --list`")
     tables = history_tables(points, str(kw["metric"]), threshold=threshold)
+    if kw["plot"]:
+        try:
+            metric = str(kw["metric"])
+            write_history_plot(tables, str(kw["plot"]), title=f"{kw['model']}: {metric}",
+                               ylabel=f"{metric} ({METRIC_UNITS[metric]})")
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--plot") from None
+        term.info(f"plot written to {kw['plot']}")
     if kw["as_json"]:
         term.json([{"config": t.label, "columns": list(HISTORY_COLUMNS), "rows": t.rows, "steps": t.steps} for t in tables])
         return
     for t in tables:
-        term.table(HISTORY_COLUMNS, t.rows, title=f"{kw['model']} {t.label}: {kw['metric']}",
+        spark = sparkline([row[5] for row in t.rows])
+        term.table(HISTORY_COLUMNS, t.rows, title=f"{kw['model']} {t.label}: {kw['metric']}  {spark}",
                    justify=("right", "left", "left", "left", "left", "right", "right", "left"))

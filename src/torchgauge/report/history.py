@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from ..results.store import SeriesPoint, metric_value
 from ..stats.compare import DEFAULT_THRESHOLD
 from ..stats.steps import detect_regressions, detect_steps
 
-__all__ = ["HISTORY_COLUMNS", "HistoryTable", "history_tables"]
+__all__ = ["HISTORY_COLUMNS", "METRIC_UNITS", "PLOT_FORMATS", "HistoryTable", "history_tables", "series_groups",
+           "sparkline", "write_history_plot"]
 
 HISTORY_COLUMNS = ("run", "date", "torch", "git", "status", "value", "level", "step")
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+# Units of the followed metrics (keys of METRIC_PATHS), for axis labels.
+METRIC_UNITS = {"time": "median ms / step", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB",
+                "instructions": "instructions / step", "op_counts": "ops / step", "flops": "FLOP / step", "tflops": "TFLOP/s", "compile_s": "s"}
+# Eight block heights of a sparkline, lowest first; a failed run is a blank.
+_SPARKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
 
 @dataclass(frozen=True)
@@ -23,18 +31,24 @@ class HistoryTable:
     steps: list[dict[str, Any]]  # {"run": id, "position": i, "before", "after", "change", "kind"}
 
 
+def series_groups(points: Sequence[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
+    """``points`` split by configuration, keyed by its label (``eval/cpu/fp32/eager``, ``/bs=N`` when set)."""
+    groups: dict[str, list[SeriesPoint]] = {}
+    for p in points:
+        c = p.config
+        label = f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
+        groups.setdefault(label, []).append(p)
+    return groups
+
+
 def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: float = DEFAULT_THRESHOLD) -> list[HistoryTable]:
     """Group ``points`` by configuration and mark level changes of at least ``threshold``.
 
     Failed runs keep their row (value ``None``) and do not break a segment. Upward steps
     are regressions (every metric here is lower-is-better), downward ones improvements.
     """
-    groups: dict[tuple, list[SeriesPoint]] = {}
-    for p in points:
-        c = p.config
-        groups.setdefault((c.mode, c.device, c.precision, c.backend, c.batch_size), []).append(p)
     tables = []
-    for (mode, device, precision, backend, bs), pts in groups.items():
+    for label, pts in series_groups(points).items():
         values = [metric_value(p.metrics, metric) if p.status in ("ok", "fail_accuracy") else None for p in pts]
         segments = detect_steps(values)
         level = {i: seg.level for seg in segments for i in range(seg.start, seg.end)}
@@ -46,8 +60,66 @@ def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: flo
             mark = "" if step is None else f"{'regression' if step.change > 0 else 'improvement'} {step.change:+.1%}"
             rows.append([p.suite_id, p.created_at[:19].replace("T", " "), p.torch_version, (p.torch_git_version or "")[:10],
                          p.status, v, level.get(i), mark])
-        label = f"{mode}/{device}/{precision}/{backend}" + ("" if bs is None else f"/bs={bs}")
         tables.append(HistoryTable(label, rows, [
             {"run": pts[s.position].suite_id, "position": s.position, "before": s.before, "after": s.after,
              "change": s.change, "kind": "regression" if s.change > 0 else "improvement"} for s in steps]))
     return tables
+
+
+def sparkline(values: Sequence[float | None]) -> str:
+    """One block character per value, scaled between the series' min and max (blank for None).
+
+    Example:
+        >>> sparkline([1.0, 2.0, None, 3.0])
+        '\u2581\u2585 \u2588'
+    """
+    valid = [v for v in values if v is not None]
+    if not valid:
+        return " " * len(values)
+    lo, hi = min(valid), max(valid)
+    top = len(_SPARKS) - 1
+    return "".join(" " if v is None else _SPARKS[0 if hi == lo else round(top * (v - lo) / (hi - lo))] for v in values)
+
+
+def write_history_plot(tables: Sequence[HistoryTable], path: str | Path, *, title: str, ylabel: str) -> Path:
+    """One line per configuration over run ids, its detected level dashed, steps marked; to ``path``.
+
+    Args:
+        tables: from :func:`history_tables`.
+        path: ``.png``, ``.svg`` or ``.pdf``.
+        title, ylabel: figure title and the metric's axis label.
+
+    Raises:
+        ValueError: an unsupported extension. RuntimeError: matplotlib is missing.
+    """
+    from .plotting import pyplot
+
+    path = Path(path)
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ValueError(f"cannot write a plot to {path.name!r}; accepted extensions: {', '.join(PLOT_FORMATS)}")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    try:
+        for table in tables:
+            runs = [row[0] for row in table.rows]
+            line = ax.plot(runs, [row[5] if row[5] is not None else float("nan") for row in table.rows], "o-",
+                           markersize=3, linewidth=1.2, label=table.label)[0]
+            ax.plot(runs, [row[6] if row[6] is not None else float("nan") for row in table.rows], "--",
+                    color=line.get_color(), linewidth=0.8)
+            for step in table.steps:
+                up = step["kind"] == "regression"
+                ax.plot(step["run"], step["after"], "^" if up else "v", color="#d62728" if up else "#2ca02c",
+                        markersize=10, markeredgecolor="black")
+                ax.annotate(f"{step['change']:+.1%}", (step["run"], step["after"]), textcoords="offset points",
+                            xytext=(4, 6 if up else -12), fontsize=8)
+        ax.set_xlabel("stored run id")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

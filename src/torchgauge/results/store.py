@@ -163,6 +163,8 @@ class SeriesPoint:
     status: str
     metrics: dict[str, Any]
     config: RunConfig
+    env: dict[str, Any] | None = None  # the run's environment (hostname, devices, versions)
+    error: str | None = None  # the failed run's error text
 
 
 def _dumps(obj: Any) -> str:
@@ -352,7 +354,7 @@ class Store:
         for r in self._runs("WHERE " + " AND ".join(where), tuple(args)):
             rec = self._record(r, suite_env_id=None)
             out.append(SeriesPoint(r["id"], r["suite_id"], r["suite_created_at"], r["torch_version"],
-                                   r["torch_git_version"], rec.status, rec.metrics, rec.config))
+                                   r["torch_git_version"], rec.status, rec.metrics, rec.config, rec.env, rec.error))
         return out
 
     def _runs(self, where: str, args: tuple) -> list[sqlite3.Row]:

@@ -29,6 +29,7 @@ COMMANDS = {
     "bisect": "bisect_cmd:bisect_command",
     "scale": "scale_cmd:scale_command",
     "coverage": "coverage_cmd:coverage_command",
+    "dynamo": "dynamo_cmd:dynamo_command",
 }
 
 

@@ -23,10 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..results.schema import RunRecord
+from ..results.schema import RunConfig, RunRecord
 from .matching import USABLE_STATUSES, run_values
 
-__all__ = ["BYTES_PER_MIB", "BYTES_PER_GB", "DYNAMO_MODES", "DynamoPerfRow", "dynamo_performance_rows"]
+__all__ = [
+    "BYTES_PER_MIB",
+    "BYTES_PER_GB",
+    "DYNAMO_MODES",
+    "DynamoPerfRow",
+    "dynamo_performance_rows",
+    "suite_performance_rows",
+    "with_eager_baseline",
+]
 
 BYTES_PER_MIB = 1024 * 1024  # the unit of torchgauge's *_peak_mb metrics
 BYTES_PER_GB = 10**9  # the dynamo harness divides bytes by 10**9 (get_peak_memory)
@@ -125,3 +133,30 @@ def dynamo_performance_rows(
             dynamo_peak_mem=dynamo_gb,
         ))
     return by_mode
+
+
+# RunConfig.options that belong to the compiled side only: its eager baseline drops them.
+_CANDIDATE_ONLY_OPTIONS = ("compile_mode", "dynamic", "compile_scope", "accuracy")
+
+
+def with_eager_baseline(configs: Sequence[RunConfig]) -> list[RunConfig]:
+    """``configs`` with an eager run before each non-eager one (same model, batch, precision).
+
+    The dynamo harness's ``--performance`` always times eager beside the compiled model;
+    interleaving the pairs lets load drift hit both sides of a speedup alike.
+    """
+    out: list[RunConfig] = []
+    for config in configs:
+        if config.backend != "eager":
+            options = {k: v for k, v in config.options.items() if k not in _CANDIDATE_ONLY_OPTIONS}
+            out.append(config.with_(backend="eager", options=options))
+        out.append(config)
+    return out
+
+
+def suite_performance_rows(runs: Sequence[RunRecord]) -> dict[str, list[DynamoPerfRow]]:
+    """Rows of a ``run`` suite: each non-eager run against its eager twin, or, when the suite
+    ran only eager, every eager run against itself (speedup 1)."""
+    eager = [r for r in runs if r.config.backend == "eager"]
+    compiled = [r for r in runs if r.config.backend != "eager"]
+    return dynamo_performance_rows(eager, compiled or eager)

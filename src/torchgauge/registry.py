@@ -34,6 +34,7 @@ __all__ = [
     "SIZES",
     "ModelSpec",
     "UnknownModelError",
+    "AmbiguousModelError",
     "register_model",
     "add_spec",
     "list_models",
@@ -56,6 +57,10 @@ class UnknownModelError(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; we want plain text
         return str(self.args[0])
+
+
+class AmbiguousModelError(UnknownModelError):
+    """Raised for a name that matches several registered names case-insensitively (all listed)."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,7 @@ def resolve_name(name: str) -> str:
     if len(folded) == 1:
         return folded[0]
     if folded:
-        raise UnknownModelError(
+        raise AmbiguousModelError(
             f"model name {name!r} is ambiguous: it matches {', '.join(sorted(folded, key=_natural_key))} "
             "case-insensitively; give the exact name"
         )

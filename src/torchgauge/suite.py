@@ -39,7 +39,7 @@ def select_models(
     Raises:
         SelectionError: a pattern matches nothing (close names suggested) or is ambiguous.
     """
-    from .registry import UnknownModelError, list_models, resolve_name
+    from .registry import AmbiguousModelError, UnknownModelError, list_models, resolve_name
 
     universe = list_models(domain=list(domain) or None, tags=list(tags) or None)
     chosen: list[str] = []
@@ -50,8 +50,12 @@ def select_models(
         elif not hits:
             try:
                 name = resolve_name(pat)
-            except UnknownModelError as exc:
+            except AmbiguousModelError as exc:
                 raise SelectionError(str(exc)) from None
+            except UnknownModelError as exc:
+                if ":" in pat:  # a zoo's own message: which package or model is missing
+                    raise SelectionError(str(exc)) from None
+                name = ""
             hits = [name] if name in universe or ":" in name else []
         if not hits:
             close = difflib.get_close_matches(pat, list_models(), n=5, cutoff=0.5)

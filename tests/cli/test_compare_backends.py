@@ -174,3 +174,9 @@ def test_csv_one_file_per_mode(cli, files, tmp_path) -> None:
     assert training[1].startswith("cpu,m1,4,2.000000,5.000000,")
     assert inference[3] == "cpu,m3,0,0.000000,0.000000,0.000000,0.000000,0.000000,0.000000"
     assert "perf_training.csv" in err
+
+
+def test_compile_scope_needs_a_run(cli, files) -> None:
+    base, cand = files
+    code, _, err = cli("compare-backends", "--from", str(base), str(cand), "--compile-scope", "step")
+    assert code == 2 and "--compile-scope applies when running" in err

@@ -64,6 +64,8 @@ def compare_backends_command(**kw: object) -> None:
         if kw["from_files"]:
             if kw["patterns"]:
                 raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, not both")
+            if kw["compile_scope"] != "forward":
+                raise click.UsageError("--compile-scope applies when running; results files record theirs in options")
             base_path, cand_path = kw["from_files"]
             baseline, candidate = kw["baseline"], kw["candidate"]
             base_runs = select_backend(load_results(base_path).runs, baseline, base_path)

@@ -37,8 +37,9 @@ BACKEND_JUSTIFY = ("left", "left", "right", "right", "right", "right", "right", 
 COMPILER_SUMMARY_COLUMNS = ("mode", "pass rate", "speedup geomean", "compression ratio", "compilation latency s",
                             "time cand/base geomean", "CPU mem cand/base geomean", "GPU mem cand/base geomean")
 COMPILER_SUMMARY_JUSTIFY = ("left",) + ("right",) * 7
-DEVICE_COLUMNS = ("model", "mode", "precision", "backend", "batch", "A ms", "B ms", "A / B", "A is")
-DEVICE_JUSTIFY = ("left", "left", "left", "left", "right", "right", "right", "right", "left")
+# "A speedup": B time / A time (> 1: A faster), beside the ratio A / B (< 1: A faster).
+DEVICE_COLUMNS = ("model", "mode", "precision", "backend", "batch", "A ms", "B ms", "A speedup", "A / B", "A is")
+DEVICE_JUSTIFY = ("left", "left", "left", "left", "right", "right", "right", "right", "right", "left")
 UNMATCHED_COLUMNS = ("configuration", "reason", "detail")
 
 
@@ -72,17 +73,19 @@ def compiler_summary_rows(cmp: "BackendComparison") -> list[list[Any]]:
 
 def device_rows(cmp: "DeviceComparison") -> list[list[Any]]:
     """One table row per compared model and mode."""
-    return [[r.model, r.mode, r.precision, r.backend, r.batch_size, r.a_ms, r.b_ms, r.ratio, r.verdict]
+    return [[r.model, r.mode, r.precision, r.backend, r.batch_size, r.a_ms, r.b_ms,
+             _times(1.0 / r.ratio if r.ratio else None), r.ratio, r.verdict]
             for r in cmp.rows]
 
 
 def device_summary_rows(cmp: "DeviceComparison") -> list[list[Any]]:
-    """Per mode: geometric mean A / B and the win counts."""
+    """Per mode: A's speedup geomean (B / A), geometric mean A / B and the win counts."""
     out = []
     for mode, g in cmp.geomeans.items():
         w = cmp.wins.get(mode, {})
         gm = None if g["geomean"] is None else f"{g['geomean']:.3f} (n={g['n']})"
-        out.append([mode, gm, w.get("a", 0), w.get("b", 0), w.get("ties", 0)])
+        speedup = _times(1.0 / g["geomean"] if g["geomean"] else None)
+        out.append([mode, speedup, gm, w.get("a", 0), w.get("b", 0), w.get("ties", 0)])
     return out
 
 

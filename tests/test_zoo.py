@@ -168,3 +168,11 @@ def test_real_hf_model_in_an_isolated_worker() -> None:
     pytest.importorskip("transformers")
     results = torchgauge.run("hf:gpt2", mode="eval", size="smoke", repeat=1, warmup=1)  # the worker registers it again
     assert [(r.config.model, r.status) for r in results] == [("hf:gpt2", "ok")], results[0].error
+
+
+def test_zoo_names_obey_the_selection_filters(monkeypatch, isolated_registry) -> None:
+    monkeypatch.setitem(sys.modules, "timm", _fake_timm())
+    assert select_models(["timm:tiny_net", "resnet18"]) == ["resnet18", "timm:tiny_net"]  # zoo models last
+    assert select_models(["timm:tiny_net"], tags=["timm"]) == ["timm:tiny_net"]
+    with pytest.raises(SelectionError, match="no model matches 'timm:tiny_net'"):
+        select_models(["timm:tiny_net"], domain=["nlp"])

@@ -56,7 +56,11 @@ def select_models(
                 if ":" in pat:  # a zoo's own message: which package or model is missing
                     raise SelectionError(str(exc)) from None
                 name = ""
-            hits = [name] if name in universe or ":" in name else []
+            if ":" in name:  # a zoo model registered just now: the same filters apply
+                universe_now = list_models(domain=list(domain) or None, tags=list(tags) or None)
+                hits = [name] if name in universe_now else []
+            else:
+                hits = [name] if name in universe else []
         if not hits:
             close = difflib.get_close_matches(pat, list_models(), n=5, cutoff=0.5)
             hint = f"; did you mean: {', '.join(close)}?" if close else "; see `torchgauge list`"

@@ -6,7 +6,9 @@ geometric means, the candidate's compile time (``metrics["compile"]``), the mode
 candidate run failed (to compile or to run) and those that failed the accuracy check.
 
 Runs pair on (model, mode, device, precision, requested batch size); ratios below 1 mean
-the candidate is faster or leaner. Runs with ``fail_accuracy`` keep their ratios in the
+the candidate is faster or leaner. ``BackendRow.speedup`` and ``compression_ratio`` are the
+reciprocals (baseline / candidate, above 1: the candidate is better), the HUD's direction,
+and :func:`compiler_summary` gives the HUD's headline figures per mode. Runs with ``fail_accuracy`` keep their ratios in the
 table but are left out of the geometric means: a fast wrong answer is not a speed-up.
 
 Example:

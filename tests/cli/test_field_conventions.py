@@ -68,11 +68,11 @@ def test_dynamo_flags_without_equivalent_fail_printing_the_rest(cli) -> None:
 def test_dynamo_command_runs_the_equivalent(cli, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # run's default results file goes under ./torchgauge-results
     code, _, err = cli("dynamo", "--performance", "--backend", "eager", "--only", "pyhpc_equation_of_state",
-                       "--output", "perf.csv", "--repeat", "2", "-d", "cpu")
+                       "--output", "perf.csv", "--repeat", "2", "-d", "cpu", "--batch-size", "1")
     assert code == 0, err
-    assert "equivalent: torchgauge run pyhpc_equation_of_state --mode eval --device cpu --precision fp32 " \
-           "--backend eager --repeat 2 --csv perf.csv" in err
-    assert (tmp_path / "perf.csv").read_text().splitlines()[1].startswith("cpu,pyhpc_equation_of_state,")
+    assert "equivalent: torchgauge run pyhpc_equation_of_state --mode eval --device cpu --batch-size 1 " \
+           "--precision fp32 --backend eager --repeat 2 --csv perf.csv" in err
+    assert (tmp_path / "perf.csv").read_text().splitlines()[1].startswith("cpu,pyhpc_equation_of_state,1,1.000000,")
 
 
 def test_run_csv_eager_only_is_its_own_baseline(cli, tmp_path) -> None:

@@ -31,15 +31,3 @@ def pytest_sessionstart(session):
     import torch
 
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-
-
-@pytest.fixture
-def cli_main(capsys):
-    """Run the CLI in-process; returns (exit code, stderr)."""
-    from torchgauge.cli import main
-
-    def invoke(*args: str):
-        code = main(list(args))
-        return code, capsys.readouterr().err
-
-    return invoke

@@ -97,3 +97,11 @@ def test_run_csv_with_a_compiler_also_runs_eager(cli, tmp_path) -> None:
     (row,) = csv_path.read_text().splitlines()[1:]
     fields = row.split(",")
     assert fields[:3] == ["cpu", "planted_ok", "2"] and float(fields[3]) > 0 and float(fields[4]) > 0
+
+
+def test_zoo_model_without_its_package_is_one_line(cli, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "timm", None)  # import timm raises ModuleNotFoundError
+    code, _, err = cli("run", "timm:resnet50", "--size", "smoke", "--quiet")
+    assert code == 2 and "timm:resnet50 needs the timm package, which is not installed" in err

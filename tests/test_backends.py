@@ -137,7 +137,7 @@ def test_inductor_compiles_forward_without_breaks() -> None:
     apply_backend(w, "inductor", {"dynamic": False})
     compile_ = measure(w, repeat=2, warmup=1, metrics=("memory",)).metrics["compile"]
     assert compile_["graphs"] == 1 and compile_["graph_breaks"] == 0 and compile_["break_reasons"] == []
-    assert compile_["compile_s"] > 0 and compile_["notes"] == "inductor: compiled forward; mode=default, dynamic=False"
+    assert compile_["compile_s"] > 0 and compile_["notes"] == "inductor: compiled forward; mode=default, scope=forward, dynamic=False"
     torch.testing.assert_close(w.step(), expected, rtol=1e-5, atol=1e-6)
 
 

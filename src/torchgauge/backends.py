@@ -50,6 +50,7 @@ from .workload import UnsupportedError, Workload
 
 __all__ = [
     "COMPILE_MODES",
+    "COMPILE_SCOPES",
     "BackendSpec",
     "CompileError",
     "CompileProbe",
@@ -61,8 +62,12 @@ __all__ = [
 
 # torch.compile modes accepted by options["compile_mode"]; "default" means mode=None.
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+# options["compile_scope"]: what torch.compile wraps. "forward" (the default): the model's
+# forward only, backward and optimizer step stay eager; "step": the whole iteration (forward,
+# loss, backward, optimizer step), as the dynamo harness compiles its model_iter_fn.
+COMPILE_SCOPES = ("forward", "step")
 # RunConfig.options keys that only some backends read (BackendSpec.accepts).
-_BACKEND_OPTIONS = ("compile_mode", "dynamic")
+_BACKEND_OPTIONS = ("compile_mode", "dynamic", "compile_scope")
 # Break reasons kept in the record (the first line of each distinct reason).
 MAX_BREAK_REASONS = 20
 
@@ -149,7 +154,7 @@ def apply_backend(workload: Workload, name: str, options: Mapping[str, Any] | No
     if spec.compiles and warmup < 1:
         raise ValueError(f"backend {name!r} compiles during warm-up; accepted: warmup >= 1")
     for key in _BACKEND_OPTIONS:
-        if options.get(key) not in (None, "default") and key not in spec.accepts:
+        if options.get(key) not in (None, "default", "forward") and key not in spec.accepts:
             takers = [b.name for b in _BACKENDS.values() if key in b.accepts]
             raise ValueError(f"option {key} does not apply to backend {name!r}; accepted with: {', '.join(takers)}")
     probe = spec.apply(workload, options)
@@ -266,11 +271,19 @@ def _dynamo_compile(workload: Workload, backend: Any, name: str, options: Mappin
     dynamic = options.get("dynamic")
     if dynamic not in (None, True, False):
         raise ValueError(f"invalid dynamic {dynamic!r}; accepted: true, false or unset")
+    scope = options.get("compile_scope") or "forward"
+    if scope not in COMPILE_SCOPES:
+        raise ValueError(f"invalid compile_scope {scope!r}; accepted: {', '.join(COMPILE_SCOPES)}")
     kwargs: dict[str, Any] = {"backend": backend, "dynamic": dynamic, **extra}
     if backend == "inductor" and mode != "default":
         kwargs["mode"] = mode
     _reset_dynamo()
-    if _uses_standard_step(workload):
+    if scope == "step":
+        # The bound step is wrapped as an instance attribute: measure() and the accuracy check
+        # call workload.step(), so the whole iteration runs under dynamo, optimizer included.
+        workload.step = torch.compile(workload.step, **kwargs)
+        what = "step (forward, loss, backward, optimizer step)" if workload.mode == "train" else "step"
+    elif _uses_standard_step(workload):
         workload.forward = torch.compile(workload.forward, **kwargs)
         what = "forward"
     else:
@@ -284,7 +297,7 @@ def _dynamo_compile(workload: Workload, backend: Any, name: str, options: Mappin
         else:
             workload.module = torch.compile(workload.module, **kwargs)
         what = "networks " + (", ".join(n for n, _ in nets) or "module") + " (custom step)"
-    details = f"mode={mode}" + (f", dynamic={dynamic}" if dynamic is not None else "")
+    details = f"mode={mode}, scope={scope}" + (f", dynamic={dynamic}" if dynamic is not None else "")
     return CompileProbe(name, notes=f"{name}: compiled {what}; {details}")
 
 
@@ -293,18 +306,18 @@ def _eager(workload: Workload, options: Mapping[str, Any]) -> None:
     return None
 
 
-@register_backend("inductor", "torch.compile with TorchInductor (compile_mode, dynamic)", accepts=("compile_mode", "dynamic"))
+@register_backend("inductor", "torch.compile with TorchInductor (compile_mode, dynamic)", accepts=("compile_mode", "dynamic", "compile_scope"))
 def _inductor(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
     return _dynamo_compile(workload, "inductor", "inductor", options)
 
 
-@register_backend("aot_eager", "dynamo + AOTAutograd, eager kernels (no code generation)", accepts=("dynamic",))
+@register_backend("aot_eager", "dynamo + AOTAutograd, eager kernels (no code generation)", accepts=("dynamic", "compile_scope"))
 def _aot_eager(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
     return _dynamo_compile(workload, "aot_eager", "aot_eager", options)
 
 
 @register_backend("cudagraphs", "dynamo's CUDA-graph backend: forward captured and replayed", devices=("cuda",),
-                  accepts=("dynamic",))
+                  accepts=("dynamic", "compile_scope"))
 def _cudagraphs(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
     return _dynamo_compile(workload, "cudagraphs", "cudagraphs", options)
 
@@ -364,8 +377,8 @@ def _optional_dynamo_backend(package: str, dynamo_name: str, name: str) -> Backe
 
 
 if importlib.util.find_spec("onnxruntime") is not None:
-    register_backend("onnxruntime", "dynamo + ONNX Runtime (torch backend 'onnxrt')", accepts=("dynamic",))(
+    register_backend("onnxruntime", "dynamo + ONNX Runtime (torch backend 'onnxrt')", accepts=("dynamic", "compile_scope"))(
         _optional_dynamo_backend("onnxruntime", "onnxrt", "onnxruntime"))
 if importlib.util.find_spec("torch_tensorrt") is not None:
-    register_backend("tensorrt", "dynamo + Torch-TensorRT", devices=("cuda",), accepts=("dynamic",))(
+    register_backend("tensorrt", "dynamo + Torch-TensorRT", devices=("cuda",), accepts=("dynamic", "compile_scope"))(
         _optional_dynamo_backend("torch_tensorrt", "tensorrt", "tensorrt"))

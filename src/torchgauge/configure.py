@@ -6,6 +6,8 @@ The names come from the registries in :mod:`torchgauge.precision` and
 - ``channels_last`` (bool): channels-last memory format for convolutional models.
 - ``compile_mode`` (``default`` | ``reduce-overhead`` | ``max-autotune``) and ``dynamic``
   (bool or unset): passed to ``torch.compile`` by the dynamo backends.
+- ``compile_scope`` (``forward`` | ``step``): what the dynamo backends compile, the forward or
+  the whole iteration (:data:`torchgauge.backends.COMPILE_SCOPES`).
 - ``accuracy`` (bool): read by the runner, which checks the run against an eager fp64
   reference after measuring (:mod:`torchgauge.accuracy`).
 

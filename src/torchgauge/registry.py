@@ -34,9 +34,12 @@ __all__ = [
     "SIZES",
     "ModelSpec",
     "UnknownModelError",
+    "AmbiguousModelError",
     "register_model",
+    "add_spec",
     "list_models",
     "get_spec",
+    "resolve_name",
     "create",
     "load_model_file",
     "load_plugins",
@@ -54,6 +57,10 @@ class UnknownModelError(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; we want plain text
         return str(self.args[0])
+
+
+class AmbiguousModelError(UnknownModelError):
+    """Raised for a name that matches several registered names case-insensitively (all listed)."""
 
 
 @dataclass(frozen=True)
@@ -151,10 +158,6 @@ def register_model(
 
     def decorator(fn: Callable[..., "Workload"]) -> Callable[..., "Workload"]:
         name = fn.__name__
-        if name in _specs:
-            raise ValueError(
-                f"model {name!r} is already registered by {_specs[name].module}; names must be unique"
-            )
         spec = ModelSpec(
             name=name,
             builder=fn,
@@ -173,14 +176,22 @@ def register_model(
             preload=tuple(preload),
             extra=dict(extra),
         )
-        _specs[name] = spec
-        _module_to_names.setdefault(fn.__module__, set()).add(name)
+        add_spec(spec)
         mod = sys.modules.get(fn.__module__)
         if mod is not None and hasattr(mod, "__all__") and name not in mod.__all__:
             mod.__all__.append(name)
         return fn
 
     return decorator
+
+
+def add_spec(spec: ModelSpec) -> ModelSpec:
+    """Register a ready :class:`ModelSpec` (``register_model`` and the zoo adapters); duplicates raise."""
+    if spec.name in _specs:
+        raise ValueError(f"model {spec.name!r} is already registered by {_specs[spec.name].module}; names must be unique")
+    _specs[spec.name] = spec
+    _module_to_names.setdefault(spec.module, set()).add(spec.name)
+    return spec
 
 
 def _natural_key(name: str) -> list[Any]:
@@ -243,15 +254,41 @@ def list_models(
     return sorted(names, key=_natural_key)
 
 
-def get_spec(name: str) -> ModelSpec:
-    """The :class:`ModelSpec` of ``name``; unknown names raise with close matches."""
+def resolve_name(name: str) -> str:
+    """The registered name that ``name`` means.
+
+    An exact match wins; otherwise a case-insensitive match is taken when it is the only one
+    (``hf_bert`` -> ``hf_Bert``). A zoo name (``timm:NAME``, ``torchvision:NAME``,
+    ``hf:MODEL_TYPE``) is registered on first use by :mod:`torchgauge.zoo`.
+
+    Raises:
+        UnknownModelError: no model of that name (close matches listed), several models
+            differing only in case (all listed), or a zoo whose package is missing.
+    """
     _ensure_builtins()
-    try:
-        return _specs[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(_specs), n=5, cutoff=0.5)
-        hint = f"; did you mean: {', '.join(close)}?" if close else "; see `torchgauge list`"
-        raise UnknownModelError(f"unknown model {name!r}{hint}") from None
+    if name in _specs:
+        return name
+    if ":" in name:
+        from .zoo import register_zoo_model
+
+        return register_zoo_model(name).name
+    folded = [n for n in _specs if n.lower() == name.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    if folded:
+        raise AmbiguousModelError(
+            f"model name {name!r} is ambiguous: it matches {', '.join(sorted(folded, key=_natural_key))} "
+            "case-insensitively; give the exact name"
+        )
+    by_lower = {n.lower(): n for n in _specs}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=5, cutoff=0.5)
+    hint = f"; did you mean: {', '.join(by_lower[c] for c in close)}?" if close else "; see `torchgauge list`"
+    raise UnknownModelError(f"unknown model {name!r}{hint}")
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of ``name`` (resolved by :func:`resolve_name`); unknown names raise."""
+    return _specs[resolve_name(name)]
 
 
 def create(
@@ -288,6 +325,7 @@ def create(
     from .workload import BuildContext, UnsupportedError, seed_everything
 
     spec = get_spec(name)
+    name = spec.name
     if mode not in MODES:
         raise ValueError(f"invalid mode {mode!r}; accepted: {', '.join(MODES)}")
     if size not in SIZES:

@@ -31,15 +31,36 @@ def select_models(
 ) -> list[str]:
     """Registered names matching any pattern (exact names or fnmatch wildcards), natural order.
 
+    A pattern matching nothing exactly is retried case-insensitively: a plain name through
+    :func:`torchgauge.registry.resolve_name` (one match, or an error listing the ambiguous
+    ones; zoo names such as ``timm:resnet50`` register there), a wildcard by lower-case
+    matching. Zoo models come after the registered ones.
+
     Raises:
-        SelectionError: a pattern matches nothing; the message suggests close names.
+        SelectionError: a pattern matches nothing (close names suggested) or is ambiguous.
     """
-    from .registry import list_models
+    from .registry import AmbiguousModelError, UnknownModelError, list_models, resolve_name
 
     universe = list_models(domain=list(domain) or None, tags=list(tags) or None)
     chosen: list[str] = []
     for pat in patterns or ["*"]:
         hits = [n for n in universe if fnmatch.fnmatchcase(n, pat)]
+        if not hits and _is_wildcard(pat):
+            hits = [n for n in universe if fnmatch.fnmatchcase(n.lower(), pat.lower())]
+        elif not hits:
+            try:
+                name = resolve_name(pat)
+            except AmbiguousModelError as exc:
+                raise SelectionError(str(exc)) from None
+            except UnknownModelError as exc:
+                if ":" in pat:  # a zoo's own message: which package or model is missing
+                    raise SelectionError(str(exc)) from None
+                name = ""
+            if ":" in name:  # a zoo model registered just now: the same filters apply
+                universe_now = list_models(domain=list(domain) or None, tags=list(tags) or None)
+                hits = [name] if name in universe_now else []
+            else:
+                hits = [name] if name in universe else []
         if not hits:
             close = difflib.get_close_matches(pat, list_models(), n=5, cutoff=0.5)
             hint = f"; did you mean: {', '.join(close)}?" if close else "; see `torchgauge list`"
@@ -48,7 +69,11 @@ def select_models(
     if exclude:
         chosen = [n for n in chosen if not any(fnmatch.fnmatchcase(n, p) for p in exclude)]
     order = {n: i for i, n in enumerate(universe)}
-    return sorted(chosen, key=order.__getitem__)
+    return sorted(chosen, key=lambda n: order.get(n, len(order)))
+
+
+def _is_wildcard(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -65,7 +65,10 @@ def test_tables_and_chart(cli, files, tmp_path) -> None:
     code, stdout, err = cli("compare-backends", "--from", str(base), str(cand), "--chart", str(chart))
     assert code == 0, err
     assert chart.stat().st_size > 1000
-    assert "ratios inductor / eager" in stdout and "geometric means" in stdout
+    assert "speedup = eager / inductor time (> 1: inductor faster)" in stdout
+    assert "cand/base = inductor / eager (< 1: inductor better)" in stdout
+    for term in ("pass rate", "speedup geomean", "compression ratio", "compilation latency s"):
+        assert term in stdout
     assert "1 failed with inductor" in stdout and "BackendCompilerFailed" in stdout
 
 
@@ -140,3 +143,40 @@ def test_live_mode_runs_both_backends_and_keeps_their_results(cli, tmp_path, mon
         assert doc["rows"][0]["ratios"]["time"] > 0
     else:
         assert [(f["model"], f["status"]) for f in doc["failed_candidate"]] == [("planted_ok", cand_status)]
+
+
+def test_speedup_and_compiler_summary(cli, files) -> None:
+    base, cand = files
+    code, stdout, err = cli("compare-backends", "--from", str(base), str(cand), "--json")
+    assert code == 0, err
+    doc = json.loads(stdout)
+    rows = {(r["model"], r["mode"]): r for r in doc["rows"]}
+    assert rows["m1", "train"]["speedup"] == pytest.approx(2.0)  # 10 ms eager / 5 ms inductor
+    assert rows["m1", "eval"]["speedup"] == pytest.approx(4.0)
+    assert rows["m1", "eval"]["compression_ratio"] == pytest.approx(2.0)  # CPU runs: 200 MB / 100 MB resident
+    s = doc["summary"]
+    assert (s["train"]["passed"], s["train"]["total"]) == (2, 2)
+    assert (s["eval"]["passed"], s["eval"]["total"]) == (2, 3)  # m3 failed with inductor
+    assert s["train"]["speedup_geomean"] == pytest.approx((2.0 * 1.25) ** 0.5)
+    assert s["eval"]["compression_ratio"] == pytest.approx((2.0 + 4.0) / 2)
+    assert s["eval"]["compilation_latency_s"] == pytest.approx(7.5)
+    code, stdout, err = cli("compare-backends", "--from", str(base), str(cand))
+    assert "67%, 2/3" in stdout and "2.00x" in stdout
+
+
+def test_csv_one_file_per_mode(cli, files, tmp_path) -> None:
+    base, cand = files
+    code, stdout, err = cli("compare-backends", "--from", str(base), str(cand), "--csv", str(tmp_path / "perf.csv"))
+    assert code == 0, err
+    training = (tmp_path / "perf_training.csv").read_text().splitlines()
+    inference = (tmp_path / "perf_inference.csv").read_text().splitlines()
+    assert training[0].startswith("dev,name,batch_size,speedup,abs_latency,compilation_latency,compression_ratio")
+    assert training[1].startswith("cpu,m1,4,2.000000,5.000000,")
+    assert inference[3] == "cpu,m3,0,0.000000,0.000000,0.000000,0.000000,0.000000,0.000000"
+    assert "perf_training.csv" in err
+
+
+def test_compile_scope_needs_a_run(cli, files) -> None:
+    base, cand = files
+    code, _, err = cli("compare-backends", "--from", str(base), str(cand), "--compile-scope", "step")
+    assert code == 2 and "--compile-scope applies when running" in err

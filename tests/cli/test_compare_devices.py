@@ -58,6 +58,7 @@ def test_tables_and_chart(cli, files, tmp_path) -> None:
         assert chart.stat().st_size > 1000
     assert chart.read_text().lstrip().startswith("<?xml") and "<svg" in chart.read_text()
     assert "A / B" in stdout and "geomean A / B" in stdout and "not compared" in stdout
+    assert "A speedup = B / A (> 1: A faster)" in stdout and "0.71x" in stdout  # train: 1 / sqrt(2)
     assert "Test GPU X1" in err and "torch 2.13.0+cpu" in err
 
 

@@ -30,6 +30,7 @@ COMMANDS = {
     "scale": "scale_cmd:scale_command",
     "coverage": "coverage_cmd:coverage_command",
     "report": "report_cmd:report_command",
+    "dynamo": "dynamo_cmd:dynamo_command",
 }
 
 

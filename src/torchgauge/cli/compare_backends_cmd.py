@@ -28,6 +28,13 @@ DEFAULT_CANDIDATE = "inductor"
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
               help="Untimed iterations first (compilation happens here).")
 @click.option("--accuracy", is_flag=True, help="Check the candidate's outputs against an eager fp64 reference.")
+@click.option("--compile-scope", type=click.Choice(["forward", "step"]), default="forward", show_default=True,
+              help="What the candidate compiles: the forward only, or the whole step (forward, loss, backward, "
+                   "optimizer step) as the dynamo harness and the HUD's training numbers do: use 'step' to compare "
+                   "with the HUD.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the dynamo harness's performance CSV (speedup, abs_latency, compilation_latency, "
+                   "compression_ratio, ...); with both modes, FILE_training.csv and FILE_inference.csv.")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
 @click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
@@ -42,7 +49,10 @@ DEFAULT_CANDIDATE = "inductor"
 def compare_backends_command(**kw: object) -> None:
     """Run PATTERNS with two backends (or read two results files) and compare them model by model.
 
-    Ratios are candidate / baseline: below 1 the candidate is faster or uses less memory.
+    Speedup is baseline / candidate time: above 1 the candidate is faster (the HUD's
+    direction). The "cand/base" columns are ratios candidate / baseline: below 1 the
+    candidate is faster or uses less memory. To compare with the HUD's inductor numbers, use
+    --compile-scope step (the dynamo harness compiles the whole training iteration).
     """
     from ..compare.backends import compare_backends, select_backend
     from ..compare.matching import CompareError
@@ -54,6 +64,8 @@ def compare_backends_command(**kw: object) -> None:
         if kw["from_files"]:
             if kw["patterns"]:
                 raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, not both")
+            if kw["compile_scope"] != "forward":
+                raise click.UsageError("--compile-scope applies when running; results files record theirs in options")
             base_path, cand_path = kw["from_files"]
             baseline, candidate = kw["baseline"], kw["candidate"]
             base_runs = select_backend(load_results(base_path).runs, baseline, base_path)
@@ -74,6 +86,9 @@ def compare_backends_command(**kw: object) -> None:
     except (SchemaError, CompareError) as exc:
         raise click.ClickException(str(exc)) from None
     _report(cmp, kw, term)
+    if kw["csv_path"]:
+        paths = _write_csv(kw["csv_path"], base_runs, cand_runs)
+        term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
 
 
 def _single_backend(runs, path: str) -> str:
@@ -109,7 +124,7 @@ def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list
     env = collect_env()
     sides = {}
     for backend in (baseline, candidate):
-        options = {"accuracy": True} if kw["accuracy"] and backend == candidate else {}
+        options = _candidate_options(kw, candidate) if backend == candidate else {}
         request = SuiteRequest(models=tuple(models), modes=modes, device=kw["device"], backend=backend,
                                size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], options=options)
         path = Path(kw["results_dir"]) / f"backends-{stamp}-{backend}.json"
@@ -135,10 +150,21 @@ def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list
     return sides[baseline][2].runs, sides[candidate][2].runs
 
 
+def _candidate_options(kw: dict, candidate: str) -> dict[str, object]:
+    from ..backends import get_backend
+
+    options: dict[str, object] = {"accuracy": True} if kw["accuracy"] else {}
+    if "compile_scope" in get_backend(candidate).accepts:
+        options["compile_scope"] = kw["compile_scope"]
+    elif kw["compile_scope"] != "forward":
+        raise click.BadParameter(f"does not apply to backend {candidate}", param_hint="--compile-scope")
+    return options
+
+
 def _report(cmp, kw: dict, term) -> None:
     from ..report.charts import ChartError
-    from ..report.comparisons import (BACKEND_COLUMNS, BACKEND_JUSTIFY, UNMATCHED_COLUMNS, backend_chart, backend_rows,
-                                      backend_summary_rows, unmatched_rows)
+    from ..report.comparisons import (BACKEND_COLUMNS, BACKEND_JUSTIFY, COMPILER_SUMMARY_COLUMNS, COMPILER_SUMMARY_JUSTIFY,
+                                      UNMATCHED_COLUMNS, backend_chart, backend_rows, compiler_summary_rows, unmatched_rows)
 
     if kw["output"]:
         Path(kw["output"]).parent.mkdir(parents=True, exist_ok=True)
@@ -151,12 +177,15 @@ def _report(cmp, kw: dict, term) -> None:
     if kw["as_json"]:
         term.json(cmp.to_dict())
     else:
-        ratio = f"{cmp.candidate} / {cmp.baseline}"
         if cmp.rows:
-            term.table(BACKEND_COLUMNS, backend_rows(cmp), title=f"ratios {ratio} (< 1: candidate better)",
+            term.table(BACKEND_COLUMNS, backend_rows(cmp),
+                       title=f"{cmp.candidate} vs {cmp.baseline}: speedup = {cmp.baseline} / {cmp.candidate} time "
+                             f"(> 1: {cmp.candidate} faster); cand/base = {cmp.candidate} / {cmp.baseline} "
+                             f"(< 1: {cmp.candidate} better)",
                        justify=BACKEND_JUSTIFY)
-            term.table(("mode", "time", "peak CPU mem", "peak GPU mem"), backend_summary_rows(cmp),
-                       title=f"geometric means of {ratio}", justify=("left", "right", "right", "right"))
+            term.table(COMPILER_SUMMARY_COLUMNS, compiler_summary_rows(cmp),
+                       title=f"{cmp.candidate} summary (speedup and compression ratio > 1: {cmp.candidate} better)",
+                       justify=COMPILER_SUMMARY_JUSTIFY)
         else:
             term.warning("no model could be compared: see the list below")
         if cmp.unmatched:
@@ -168,3 +197,11 @@ def _report(cmp, kw: dict, term) -> None:
     for flag, what in (("output", "comparison"), ("chart", "chart")):
         if kw[flag]:
             term.info(f"{what} written to {kw[flag]}")
+
+
+def _write_csv(path: str, base_runs, cand_runs) -> list:
+    """The dynamo harness's performance CSV of the candidate against the baseline; the paths written."""
+    from ..compare.dynamo_perf import dynamo_performance_rows
+    from ..report.dynamo_csv import write_performance_csv
+
+    return write_performance_csv(path, dynamo_performance_rows(base_runs, cand_runs))

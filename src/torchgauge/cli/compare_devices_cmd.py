@@ -59,10 +59,11 @@ def compare_devices_command(*, a_file: str, b_file: str, output: str | None, cha
         term.info(f"A = {cmp.a}: {cmp.a_env}")
         term.info(f"B = {cmp.b}: {cmp.b_env}")
         if cmp.rows:
-            term.table(DEVICE_COLUMNS, device_rows(cmp), title="median time, A / B (< 1: A faster)", justify=DEVICE_JUSTIFY)
-            term.table(("mode", "geomean A / B", "A wins", "B wins", "ties"), device_summary_rows(cmp),
+            term.table(DEVICE_COLUMNS, device_rows(cmp), justify=DEVICE_JUSTIFY,
+                       title="median time: A speedup = B / A (> 1: A faster); A / B (< 1: A faster)")
+            term.table(("mode", "A speedup geomean", "geomean A / B", "A wins", "B wins", "ties"), device_summary_rows(cmp),
                        title=f"summary (ties: within {cmp.tie_band:.0%} of 1)",
-                       justify=("left", "right", "right", "right", "right"))
+                       justify=("left", "right", "right", "right", "right", "right"))
         else:
             term.warning("no configuration could be matched between the two files")
         if cmp.unmatched:

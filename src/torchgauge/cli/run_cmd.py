@@ -55,9 +55,10 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 
 @click.command("run")
 @click.argument("patterns", nargs=-1, required=True)
-@click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
-@click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
-@click.option("--batch-size", default=None, callback=_batch_size,
+@click.option("--device", "-d", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
+@click.option("--mode", "-t", "--test", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True,
+              help="-t/--test as TorchBench's run.py.")
+@click.option("--batch-size", "--bs", default=None, callback=_batch_size,
               help="Override every model's default batch size: N, or 'auto' for the eval size found by tune-batch.")
 @click.option("--batch-store", type=click.Path(dir_okay=False), default=None,
               help="Batch-size store read by --batch-size auto [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
@@ -70,6 +71,12 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--channels-last", is_flag=True, help="channels_last memory format (convolutional models).")
 @click.option("--compile-mode", default=None, help="torch.compile mode for inductor: default, reduce-overhead, max-autotune.")
 @click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic shapes (default: torch decides).")
+@click.option("--compile-scope", type=click.Choice(["forward", "step"]), default="forward", show_default=True,
+              help="Compile the forward only, or the whole step (forward, loss, backward, optimizer step) as the "
+                   "dynamo harness does.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the dynamo harness's performance CSV; a compiling --backend then also runs eager "
+                   "(interleaved) for the speedup, as the harness's --performance does.")
 @click.option("--accuracy", is_flag=True, help="Check each run against an eager fp64 reference (status fail_accuracy).")
 @click.option("--metrics", default="time,memory", show_default=True, help="Comma-separated metrics to collect.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
@@ -107,6 +114,10 @@ def run_command(**kw: object) -> None:
     configs = plan(request)
     if kw["batch_size"] == "auto":
         configs = _tuned_batch_sizes(configs, kw, term)
+    if kw["csv_path"]:
+        from ..compare.dynamo_perf import with_eager_baseline
+
+        configs = with_eager_baseline(configs)
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
@@ -139,6 +150,12 @@ def run_command(**kw: object) -> None:
     else:
         term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)
     term.info(f"results written to {output}")
+    if kw["csv_path"]:
+        from ..compare.dynamo_perf import suite_performance_rows
+        from ..report.dynamo_csv import write_performance_csv
+
+        paths = write_performance_csv(kw["csv_path"], suite_performance_rows(results.runs))
+        term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
     code = exit_code(results.runs)
     if code:
         raise click.exceptions.Exit(code)
@@ -184,6 +201,10 @@ def _backend_options(kw: dict) -> dict[str, object]:
         options["compile_mode"] = kw["compile_mode"]
     if kw["dynamic"] is not None:
         options["dynamic"] = kw["dynamic"]
+    if "compile_scope" in spec.accepts:  # recorded for every dynamo backend, the default too
+        options["compile_scope"] = kw["compile_scope"]
+    elif kw["compile_scope"] != "forward":
+        raise click.BadParameter(f"does not apply to backend {spec.name}", param_hint="--compile-scope")
     for key, flag in (("compile_mode", "--compile-mode"), ("dynamic", "--dynamic")):
         if key in options and key not in spec.accepts:
             raise click.BadParameter(f"does not apply to backend {spec.name}", param_hint=flag)

@@ -6,7 +6,9 @@ geometric means, the candidate's compile time (``metrics["compile"]``), the mode
 candidate run failed (to compile or to run) and those that failed the accuracy check.
 
 Runs pair on (model, mode, device, precision, requested batch size); ratios below 1 mean
-the candidate is faster or leaner. Runs with ``fail_accuracy`` keep their ratios in the
+the candidate is faster or leaner. ``BackendRow.speedup`` and ``compression_ratio`` are the
+reciprocals (baseline / candidate, above 1: the candidate is better), the HUD's direction,
+and :func:`compiler_summary` gives the HUD's headline figures per mode. Runs with ``fail_accuracy`` keep their ratios in the
 table but are left out of the geometric means: a fast wrong answer is not a speed-up.
 
 Example:
@@ -30,6 +32,7 @@ __all__ = [
     "BackendComparison",
     "BackendRow",
     "compare_backends",
+    "compiler_summary",
     "select_backend",
 ]
 
@@ -60,8 +63,20 @@ class BackendRow:
     def failed_accuracy(self) -> bool:
         return self.accuracy == FAIL_ACCURACY
 
+    @property
+    def speedup(self) -> float | None:
+        """Baseline time / candidate time: above 1 the candidate is faster (the HUD's speedup)."""
+        r = self.ratios.get("time")
+        return 1.0 / r if r else None
+
+    @property
+    def compression_ratio(self) -> float | None:
+        """Baseline peak / candidate peak (GPU memory on CUDA, CPU resident set otherwise): above 1 leaner."""
+        r = self.ratios.get("gpu_mem" if self.device.startswith("cuda") else "cpu_mem")
+        return 1.0 / r if r else None
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "speedup": self.speedup, "compression_ratio": self.compression_ratio}
 
 
 @dataclass
@@ -89,8 +104,10 @@ class BackendComparison:
             "baseline": self.baseline,
             "candidate": self.candidate,
             "ratio": "candidate / baseline",
+            "speedup": "baseline time / candidate time",
             "rows": [r.as_dict() for r in self.rows],
             "geomeans": self.geomeans,
+            "summary": compiler_summary(self),
             "failed_candidate": [u.as_dict() for u in self.failed_candidate],
             "failed_accuracy": [f"{r.model}/{r.mode}" for r in self.failed_accuracy],
             "unmatched": [u.as_dict() for u in self.unmatched],
@@ -191,3 +208,37 @@ def _geomeans(rows: Sequence[BackendRow]) -> dict[str, dict[str, dict[str, Any]]
             out.setdefault(mode, {})[metric] = {"geomean": g, "n": n}
     return out
 
+
+
+def compiler_summary(cmp: BackendComparison) -> dict[str, dict[str, Any]]:
+    """Per mode, the TorchInductor paper's and the HUD's headline figures for the candidate.
+
+    - ``pass_rate``: ``passed / total``: configurations the candidate ran and passed (not
+      failed, not ``fail_accuracy``) among those it was asked to run (compared or failed);
+    - ``speedup_geomean``: geometric mean of baseline / candidate time over the passing rows
+      (not clipped: PyTorch's ``runner.py`` clips slowdowns to 1 before averaging);
+    - ``compression_ratio``: mean of baseline / candidate peak memory over the passing rows
+      (GPU memory on CUDA, resident set on CPU), as the HUD's memory column;
+    - ``compilation_latency_s``: mean candidate compile time (s) over passing rows that compiled.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    failed_by_mode: dict[str, int] = {}
+    for u in cmp.failed_candidate:
+        failed_by_mode[u.mode] = failed_by_mode.get(u.mode, 0) + 1
+    modes = list(dict.fromkeys([r.mode for r in cmp.rows] + list(failed_by_mode)))
+    for mode in modes:
+        rows = [r for r in cmp.rows if r.mode == mode]
+        passing = [r for r in rows if not r.failed_accuracy]
+        total = len(rows) + failed_by_mode.get(mode, 0)
+        time_gm = cmp.geomeans.get(mode, {}).get("time", {}).get("geomean")
+        memory = [r.compression_ratio for r in passing if r.compression_ratio]
+        compile_s = [r.compile_s for r in passing if r.compile_s]
+        out[mode] = {
+            "passed": len(passing),
+            "total": total,
+            "pass_rate": len(passing) / total if total else None,
+            "speedup_geomean": 1.0 / time_gm if time_gm else None,
+            "compression_ratio": sum(memory) / len(memory) if memory else None,
+            "compilation_latency_s": sum(compile_s) / len(compile_s) if compile_s else None,
+        }
+    return out

@@ -14,60 +14,78 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BACKEND_COLUMNS",
     "BACKEND_JUSTIFY",
+    "COMPILER_SUMMARY_COLUMNS",
+    "COMPILER_SUMMARY_JUSTIFY",
     "DEVICE_COLUMNS",
     "DEVICE_JUSTIFY",
     "UNMATCHED_COLUMNS",
     "backend_chart",
     "backend_rows",
-    "backend_summary_rows",
+    "compiler_summary_rows",
     "device_chart",
     "device_rows",
     "device_summary_rows",
     "unmatched_rows",
 ]
 
-BACKEND_COLUMNS = ("model", "mode", "batch", "base ms", "cand ms", "time x", "candidate", "CPU mem x", "GPU mem x",
-                   "compile s", "graph breaks", "accuracy")
-BACKEND_JUSTIFY = ("left", "left", "right", "right", "right", "right", "left", "right", "right", "right", "right", "left")
-DEVICE_COLUMNS = ("model", "mode", "precision", "backend", "batch", "A ms", "B ms", "A / B", "A is")
-DEVICE_JUSTIFY = ("left", "left", "left", "left", "right", "right", "right", "right", "left")
+# "speedup": baseline / candidate time (> 1: candidate faster, the HUD's direction); the
+# "cand/base" columns are the ratios the other way round (< 1: candidate faster or leaner).
+BACKEND_COLUMNS = ("model", "mode", "batch", "base ms", "cand ms", "speedup", "time cand/base", "candidate",
+                   "CPU mem cand/base", "GPU mem cand/base", "compile s", "graph breaks", "accuracy")
+BACKEND_JUSTIFY = ("left", "left", "right", "right", "right", "right", "right", "left", "right", "right", "right",
+                   "right", "left")
+COMPILER_SUMMARY_COLUMNS = ("mode", "pass rate", "speedup geomean", "compression ratio", "compilation latency s",
+                            "time cand/base geomean", "CPU mem cand/base geomean", "GPU mem cand/base geomean")
+COMPILER_SUMMARY_JUSTIFY = ("left",) + ("right",) * 7
+# "A speedup": B time / A time (> 1: A faster), beside the ratio A / B (< 1: A faster).
+DEVICE_COLUMNS = ("model", "mode", "precision", "backend", "batch", "A ms", "B ms", "A speedup", "A / B", "A is")
+DEVICE_JUSTIFY = ("left", "left", "left", "left", "right", "right", "right", "right", "right", "left")
 UNMATCHED_COLUMNS = ("configuration", "reason", "detail")
 
 
 def backend_rows(cmp: "BackendComparison") -> list[list[Any]]:
     """One table row per compared model and mode."""
     return [
-        [r.model, r.mode, r.batch_size, r.baseline.get("time"), r.candidate.get("time"), r.ratios.get("time"),
-         r.verdict, r.ratios.get("cpu_mem"), r.ratios.get("gpu_mem"), r.compile_s, r.graph_breaks, r.accuracy]
+        [r.model, r.mode, r.batch_size, r.baseline.get("time"), r.candidate.get("time"), _times(r.speedup),
+         r.ratios.get("time"), r.verdict, r.ratios.get("cpu_mem"), r.ratios.get("gpu_mem"), r.compile_s, r.graph_breaks, r.accuracy]
         for r in cmp.rows
     ]
 
 
-def backend_summary_rows(cmp: "BackendComparison") -> list[list[Any]]:
-    """Geometric means: one row per mode, columns time / CPU mem / GPU mem (with counts)."""
+def _times(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}x"
+
+
+def compiler_summary_rows(cmp: "BackendComparison") -> list[list[Any]]:
+    """Per mode: pass rate, speedup geomean, compression ratio, compilation latency, then the ratio geomeans."""
+    from ..compare.backends import compiler_summary
+
     out = []
-    for mode, by_metric in cmp.geomeans.items():
-        cells: list[Any] = [mode]
-        for metric in ("time", "cpu_mem", "gpu_mem"):
-            g = by_metric.get(metric, {})
-            cells.append(None if g.get("geomean") is None else f"{g['geomean']:.3f} (n={g['n']})")
-        out.append(cells)
+    for mode, s in compiler_summary(cmp).items():
+        g = cmp.geomeans.get(mode, {})
+        ratios = [None if g.get(m, {}).get("geomean") is None else f"{g[m]['geomean']:.3f} (n={g[m]['n']})"
+                  for m in ("time", "cpu_mem", "gpu_mem")]
+        rate = None if s["pass_rate"] is None else f"{100 * s['pass_rate']:.0f}%, {s['passed']}/{s['total']}"
+        out.append([mode, rate, _times(s["speedup_geomean"]), _times(s["compression_ratio"]),
+                    s["compilation_latency_s"], *ratios])
     return out
 
 
 def device_rows(cmp: "DeviceComparison") -> list[list[Any]]:
     """One table row per compared model and mode."""
-    return [[r.model, r.mode, r.precision, r.backend, r.batch_size, r.a_ms, r.b_ms, r.ratio, r.verdict]
+    return [[r.model, r.mode, r.precision, r.backend, r.batch_size, r.a_ms, r.b_ms,
+             _times(1.0 / r.ratio if r.ratio else None), r.ratio, r.verdict]
             for r in cmp.rows]
 
 
 def device_summary_rows(cmp: "DeviceComparison") -> list[list[Any]]:
-    """Per mode: geometric mean A / B and the win counts."""
+    """Per mode: A's speedup geomean (B / A), geometric mean A / B and the win counts."""
     out = []
     for mode, g in cmp.geomeans.items():
         w = cmp.wins.get(mode, {})
         gm = None if g["geomean"] is None else f"{g['geomean']:.3f} (n={g['n']})"
-        out.append([mode, gm, w.get("a", 0), w.get("b", 0), w.get("ties", 0)])
+        speedup = _times(1.0 / g["geomean"] if g["geomean"] else None)
+        out.append([mode, speedup, gm, w.get("a", 0), w.get("b", 0), w.get("ties", 0)])
     return out
 
 

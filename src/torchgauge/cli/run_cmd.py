@@ -118,7 +118,7 @@ def run_command(**kw: object) -> None:
             if store is not None:  # each run in its own transaction: a crash keeps the finished ones
                 store.add_run(suite_id, r)
             progress.advance(task)
-            progress.console.print(_line(r, result_row), highlight=False)
+            progress.console.print(_line(r, result_row), highlight=False, markup=False)
 
         try:
             results = run_and_save(

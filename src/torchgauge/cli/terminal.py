@@ -2,6 +2,11 @@
 
 Data (tables, JSON) goes to stdout; messages and progress go to stderr, so
 ``torchgauge run ... --json > out.json`` stays clean.
+
+No text is ever parsed as rich markup: model names, errors, paths and hostnames come from
+model files and results files, and ``[/data/shard-0]`` in an error must print as itself
+(parsed, it raised a MarkupError that stopped the suite). Styles are applied as
+:class:`rich.text.Text` spans, never by embedding ``[tags]`` in strings.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, Iterable, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["Terminal"]
 
@@ -34,16 +40,16 @@ class Terminal:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(message, highlight=False)
+            self.err.print(Text(str(message)), highlight=False)
 
     def success(self, message: str) -> None:
-        self.err.print(f"[green]{message}[/green]", highlight=False)
+        self.err.print(Text(str(message), style="green"), highlight=False)
 
     def warning(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+        self.err.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False)
 
     def error(self, message: str) -> None:
-        self.err.print(f"[red]error:[/red] {message}", highlight=False)
+        self.err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False)
 
     def json(self, obj: Any) -> None:
         self.out.file.write(json.dumps(obj, indent=1, default=str) + "\n")
@@ -53,22 +59,22 @@ class Terminal:
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
               justify: Sequence[str] | None = None) -> None:
-        tbl = Table(title=title, header_style="bold", show_lines=False)
+        tbl = Table(title=None if title is None else Text(str(title)), header_style="bold", show_lines=False)
         for i, col in enumerate(columns):
-            tbl.add_column(col, justify=(justify[i] if justify else "left"), overflow="fold")
+            tbl.add_column(Text(str(col)), justify=(justify[i] if justify else "left"), overflow="fold")
         for row in rows:
             tbl.add_row(*[self._cell(v) for v in row])
         self.out.print(tbl)
 
     @staticmethod
-    def _cell(value: Any) -> str:
+    def _cell(value: Any) -> Text:
         if value is None:
-            return "-"
+            return Text("-")
         if isinstance(value, float):
-            return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
-        if isinstance(value, str) and value in STATUS_STYLES:
-            return f"[{STATUS_STYLES[value]}]{value}[/{STATUS_STYLES[value]}]"
-        return str(value)
+            return Text(f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}")
+        text = str(value)
+        status = text.split(":", 1)[0]  # "error: <the error line>" is styled by its status
+        return Text(text, style=STATUS_STYLES.get(status, ""))
 
     def progress(self) -> Progress:
         """A progress bar on stderr (disabled when quiet)."""
@@ -77,7 +83,7 @@ class Terminal:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[current]}"),
+            TextColumn("{task.fields[current]}", markup=False),  # model names are not markup
             console=self.err,
             disable=self.quiet,
             transient=False,

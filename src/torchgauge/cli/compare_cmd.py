@@ -22,7 +22,7 @@ def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict)
             raise click.ClickException(str(exc)) from None
     if "store" not in store_cache:
         try:
-            store_cache["store"] = Store(db or default_db_path(), create=False)
+            store_cache["store"] = Store(db or default_db_path(), readonly=True)
         except StoreError as exc:
             raise click.ClickException(f"{ref!r} is not a results file, and {exc}") from None
     store = store_cache["store"]

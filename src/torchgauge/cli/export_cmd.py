@@ -26,7 +26,7 @@ def export_command(run: str | None, output: str | None, list_runs: bool, machine
     if not list_runs and not run:
         raise click.UsageError("give a RUN (an id, latest or previous) or --list")
     try:
-        with Store(db or default_db_path(), create=False) as store:
+        with Store(db or default_db_path(), readonly=True) as store:
             if list_runs:
                 suites = store.suites(machine=machine)
                 if as_json:

@@ -21,6 +21,7 @@ and the resource tracker when its last writer is gone.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -437,6 +438,10 @@ def run_suite(
         load_model_file(path)
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
+    if not (math.isfinite(options.timeout_s) and options.timeout_s > 0):  # nan would disable it
+        raise ValueError(f"timeout_s must be a finite number > 0; got {options.timeout_s}")
+    if options.memory_limit_mb is not None and not (math.isfinite(options.memory_limit_mb) and options.memory_limit_mb > 0):
+        raise ValueError(f"memory_limit_mb must be a finite number > 0 or None; got {options.memory_limit_mb}")
     if options.threads_per_worker is not None and options.threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be >= 1; got {options.threads_per_worker}")
     configs = list(configs)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .params import check_device, non_negative, positive, selected_models
+from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
 
 DEFAULT_BASELINE = "eager"
 DEFAULT_CANDIDATE = "inductor"
@@ -28,8 +28,8 @@ DEFAULT_CANDIDATE = "inductor"
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
               help="Untimed iterations first (compilation happens here).")
 @click.option("--accuracy", is_flag=True, help="Check the candidate's outputs against an eager fp64 reference.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")
 @click.option("--results-dir", type=click.Path(file_okay=False), default="torchgauge-results", show_default=True,

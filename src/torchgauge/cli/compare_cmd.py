@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .params import threshold
+from .params import SECONDS, threshold
 
 
 def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict) -> tuple:
@@ -64,7 +64,7 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one).")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models, for --confirm reruns (repeatable).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per confirmation run.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare_command(**kw: object) -> int:

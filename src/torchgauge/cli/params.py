@@ -20,23 +20,26 @@ class Number(click.ParamType):
     Args:
         low, high: bounds (None: unbounded on that side).
         low_open, high_open: exclude the bound itself.
-        unit: how the accepted range is described, e.g. "seconds".
+        unit: what the number is, in the accepted range's wording: "seconds", "MiB", "alpha".
     """
 
     name = "number"
 
     def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
-                 high_open: bool = False, unit: str = "") -> None:
+                 high_open: bool = False, unit: str = "x") -> None:
         self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
 
     def accepted(self) -> str:
-        parts = []
+        """The range in words, e.g. ``seconds > 0 (finite)`` or ``0 < alpha < 1``."""
+        lo = "<" if self.low_open else "<="
+        hi = "<" if self.high_open else "<="
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g} {lo} {self.unit} {hi} {self.high:g}"
         if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            return f"{self.unit} {'>' if self.low_open else '>='} {self.low:g} (finite)"
         if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
-        unit = f" of {self.unit}" if self.unit else ""
-        return f"a finite number{unit} " + " and ".join(parts) if parts else f"a finite number{unit}"
+            return f"{self.unit} {hi} {self.high:g} (finite)"
+        return f"{self.unit}: a finite number"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         try:
@@ -52,7 +55,7 @@ class Number(click.ParamType):
 
 SECONDS = Number(0, low_open=True, unit="seconds")  # --timeout, --budget-s, ...
 MEBIBYTES = Number(0, low_open=True, unit="MiB")  # --memory-limit
-PROBABILITY = Number(0, 1, low_open=True, high_open=True)  # --alpha
+PROBABILITY = Number(0, 1, low_open=True, high_open=True, unit="alpha")  # --alpha
 SEED = click.IntRange(0, 2**63 - 1)  # torch.manual_seed's range (non-negative part)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")

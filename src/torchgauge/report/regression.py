@@ -99,6 +99,12 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
         "",
     ]
+    missing = {label: sum(1 for u in cmp.unmatched if u.reason == "missing" and u.side == side)
+               for side, label in (("base", base_label), ("new", new_label))}
+    for label, count in missing.items():
+        if count:  # a partial run: say so up front, not only inside "Not compared"
+            lines += [f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; "
+                      "see below).", ""]
     for title, findings in (("Regressions", cmp.regressions), ("Improvements", cmp.improvements)):
         lines.append(f"## {title}")
         lines.append("")

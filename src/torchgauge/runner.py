@@ -204,15 +204,56 @@ def worker_threads(options: RunnerOptions) -> int | None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent (the forkserver) dies; elsewhere a no-op."""
+def _die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Linux: get ``signum`` when the parent dies; elsewhere a no-op (the pipes cover it)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the watchdog pipe alone covers it
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
         pass
+
+
+def forkserver_dies_with_parent() -> None:
+    """Called in the forkserver (by ``_preload``): exit at once, and tidy up, when the suite dies.
+
+    The forkserver exits by itself when the parent's pipe reaches EOF, but only after an
+    interpreter shutdown that takes seconds with torch loaded, and it leaves the folder of
+    its socket behind when the parent was SIGKILLed. With a parent-death SIGTERM it gives
+    its workers' watchdogs a moment to clean up, kills the process group of any worker
+    still alive (one whose model holds the GIL), removes that folder and leaves at once.
+    Workers reset SIGTERM to the default.
+    """
+    import re
+    import socket
+
+    import psutil
+
+    match = re.search(r"main\((\d+),", " ".join(getattr(sys, "orig_argv", [])))
+    server_pid = os.getpid()
+
+    def leave(signum: int, frame: object) -> None:
+        if os.getpid() != server_pid:  # a worker that has not reset the handler yet
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        workers = psutil.Process().children()
+        _, alive = psutil.wait_procs(workers, timeout=WATCHDOG_GRACE_S)
+        for worker in alive:
+            _kill_group(worker.pid)
+        if match:
+            with contextlib.suppress(OSError, ValueError):
+                address = socket.socket(fileno=os.dup(int(match.group(1)))).getsockname()
+                if isinstance(address, str) and os.path.basename(os.path.dirname(address)).startswith("pymp-"):
+                    os.unlink(address)
+                    os.rmdir(os.path.dirname(address))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    _die_with_parent(signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before the prctl
+        leave(signal.SIGTERM, None)
 
 
 def _watch_parent(parent_alive, scratch: tuple[str, ...]) -> None:
@@ -238,13 +279,17 @@ def _watch_parent(parent_alive, scratch: tuple[str, ...]) -> None:
     threading.Thread(target=watch, name="torchgauge-parent-watch", daemon=True).start()
 
 
+# Seconds the forkserver, once the parent is dead, leaves the workers' watchdogs to clean up.
+WATCHDOG_GRACE_S = 1.0
+
+
 def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None,
                  parent_alive=None, scratch_log: bool = False) -> None:
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
     os.setsid()
-    if parent_alive is not None:
-        _die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's handler
+    if parent_alive is not None:  # (the forkserver is the backstop: forkserver_dies_with_parent)
         _watch_parent(parent_alive, (log_path,) if scratch_log else ())
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

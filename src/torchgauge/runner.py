@@ -322,8 +322,8 @@ def _read_log(path: str, max_bytes: int = LOG_TAIL_BYTES) -> str:
     except OSError:
         return ""
     text = data.decode(errors="replace")
-    if size > max_bytes:
-        text = f"[... log of {size:,} bytes: only its last {max_bytes:,} read ...]\n" + text.split("\n", 1)[-1]
+    if size > max_bytes:  # the first line is a fragment: _tail clips it and says so
+        text = f"[... log of {size:,} bytes: only its last {max_bytes:,} read ...]\n..." + text
     return text
 
 
@@ -535,6 +535,8 @@ def run_suite(
                     record = worker.poll(POLL_INTERVAL_S / len(running))
                     if record is not None:
                         del running[index]
+                        if options.log_dir is None:  # read: only running workers' logs stay in scratch
+                            Path(worker.log_path).unlink(missing_ok=True)
                         finish(index, config, record, t0)
     except BaseException:
         for _, worker, _ in running.values():

@@ -140,7 +140,7 @@ def run_command(**kw: object) -> None:
                 finished.append(r)
                 mark = store_run(r) if store is not None else ""
                 progress.advance(task)
-                progress.console.print(_line(r, result_row) + mark, highlight=False, markup=False)
+                progress.console.print(_line(r, result_row) + mark, highlight=False, markup=False, soft_wrap=True)
 
             results = run_and_save(
                 configs,

@@ -1,7 +1,8 @@
 """All CLI output goes through :class:`Terminal` (hatch's pattern): tables, messages, progress.
 
 Data (tables, JSON) goes to stdout; messages and progress go to stderr, so
-``torchgauge run ... --json > out.json`` stays clean.
+``torchgauge run ... --json > out.json`` stays clean. Messages are never hard-wrapped:
+one message is one line in a CI log, whatever the width.
 
 No text is ever parsed as rich markup: model names, errors, paths and hostnames come from
 model files and results files, and ``[/data/shard-0]`` in an error must print as itself
@@ -40,16 +41,16 @@ class Terminal:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(Text(str(message)), highlight=False)
+            self.err.print(Text(str(message)), highlight=False, soft_wrap=True)
 
     def success(self, message: str) -> None:
-        self.err.print(Text(str(message), style="green"), highlight=False)
+        self.err.print(Text(str(message), style="green"), highlight=False, soft_wrap=True)
 
     def warning(self, message: str) -> None:
-        self.err.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False)
+        self.err.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False, soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False)
+        self.err.print(Text.assemble(("error:", "red"), " ", str(message)), highlight=False, soft_wrap=True)
 
     def json(self, obj: Any) -> None:
         self.out.file.write(json.dumps(obj, indent=1, default=str) + "\n")

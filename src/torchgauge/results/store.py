@@ -213,14 +213,15 @@ class Store:
         create: False to refuse a missing file (readers) instead of creating an empty one.
         readonly: open for reading only (``history``, ``compare``, ``export``): a missing
             file is refused and nothing is ever written, not even a schema into an empty file.
-        lock_wait_s: how long a write waits for another writer's lock (StoreLockedError).
+        lock_wait_s: how long a write waits for another writer's lock before StoreLockedError
+            (default BUSY_TIMEOUT_S).
     """
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False,
-                 lock_wait_s: float = BUSY_TIMEOUT_S) -> None:
+                 lock_wait_s: float | None = None) -> None:
         self.path = Path(path).expanduser()
         self.readonly = readonly
-        self.lock_wait_s = lock_wait_s
+        self.lock_wait_s = lock_wait_s = BUSY_TIMEOUT_S if lock_wait_s is None else lock_wait_s
         if not self.path.exists():
             if not create or readonly:
                 raise StoreError(f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`")

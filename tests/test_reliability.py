@@ -413,6 +413,14 @@ def test_every_numeric_limit_is_validated(cli, args, value) -> None:
     assert code == 2 and "accepted:" in stderr and args[-1] in stderr
 
 
+def test_sweep_values_must_be_finite() -> None:
+    from torchgauge.scale import parse_vary
+
+    for text in ("embedding_dim=16,nan", "embedding_dim=inf", "embedding_dim=-inf,2"):
+        with pytest.raises(ValueError, match="finite and > 0"):
+            parse_vary(text)
+
+
 # -- 7. bounded error text -----------------------------------------------------------------
 
 

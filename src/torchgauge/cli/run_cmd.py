@@ -105,7 +105,6 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
-    from ..results.store import StoreError
     from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
     from . import interrupt_exit_code
     from .terminal import Terminal
@@ -127,7 +126,7 @@ def run_command(**kw: object) -> None:
         try:  # each run in its own transaction: a crash keeps the finished ones
             store.add_run(suite_id, r)
             return ""
-        except StoreError as exc:  # the results file still has the run
+        except Exception as exc:  # StoreError or worse: the results file still has the run
             not_stored.append(r.config.label())
             term.warning(f"{r.config.label()} not stored in {store.path}: {exc}")
             return "  (not stored)"

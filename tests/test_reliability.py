@@ -23,7 +23,7 @@ from torchgauge.cli import main
 from torchgauge.compare.regression import compare_results
 from torchgauge.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
-from torchgauge.report.escape import html_text, markdown_code, markdown_text
+from torchgauge.report.escape import html_text, markdown_code, markdown_text, terminal_text
 from torchgauge.report.regression import render_markdown
 from torchgauge.report.table import error_line
 from torchgauge.results import store as store_module
@@ -275,6 +275,16 @@ def test_markdown_escaping_corpus(hostile) -> None:
     fence = re.match(r"`+", code).group(0)
     assert code.endswith(fence) and fence not in code[len(fence):-len(fence)]
     assert "<" not in html_text(hostile) and '"' not in html_text(hostile)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", terminal_text(hostile))
+
+
+def test_escape_sequences_from_a_results_file_are_shown_not_sent(cli, tmp_path) -> None:
+    path = tmp_path / "r.json"
+    ResultsFile(env={"cpu_model": "\x1b]0;pwned\x07"}, runs=[
+        RunRecord(RunConfig("m\x1b[2J", mode="eval"), "error", error="boom \x1b[31mred\x9b")]).write(path)
+    code, stdout, stderr = cli("show", str(path))
+    assert code == 0 and "\x1b" not in stdout + stderr and "\x9b" not in stdout + stderr
+    assert "\\x1b[2J" in stdout and "\\x1b]0;pwned" in stderr
 
 
 def test_the_report_escapes_every_untrusted_value() -> None:

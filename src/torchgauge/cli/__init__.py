@@ -129,6 +129,7 @@ def cli(debug: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the process exit code (see the module docstring)."""
     from ..registry import ModelFileError
+    from ..report.escape import terminal_text
     from ..results.schema import SchemaError
     from ..results.store import StoreError
 
@@ -141,20 +142,23 @@ def main(argv: list[str] | None = None) -> int:
         code = interrupt_exit_code(exc)
         click.echo(f"aborted by {signal.Signals(code - 128).name}", err=True)
         return code
-    except click.ClickException as exc:
+    except click.UsageError as exc:  # the user's own arguments
         exc.show()
+        return exc.exit_code
+    except click.ClickException as exc:  # may quote files and databases: no escape sequences
+        click.echo(f"Error: {terminal_text(exc.format_message())}", err=True)
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except (ModelFileError, SchemaError, StoreError, OSError) as exc:  # bad input: one line
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {terminal_text(exc)}", err=True)
         return EXIT_FAILURE
     except Exception as exc:  # a bug: one line unless asked for the traceback
         if debug:
             raise
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = terminal_text((str(exc).strip().splitlines() or [""])[0][:300])
         click.echo(f"error: internal error: {type(exc).__name__}: {first} "
                    f"(rerun with --debug or {DEBUG_ENV_VAR}=1 for the traceback)", err=True)
         return EXIT_INTERNAL

@@ -104,6 +104,7 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
+    from ..report.escape import terminal_text
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
     from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
     from . import interrupt_exit_code
@@ -139,14 +140,14 @@ def run_command(**kw: object) -> None:
                 finished.append(r)
                 mark = store_run(r) if store is not None else ""
                 progress.advance(task)
-                progress.console.print(_line(r, result_row) + mark, highlight=False, markup=False, soft_wrap=True)
+                progress.console.print(terminal_text(_line(r, result_row)) + mark, highlight=False, markup=False, soft_wrap=True)
 
             results = run_and_save(
                 configs,
                 runner_options,
                 output,
                 env=env,
-                on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode}"),
+                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
                 on_result=on_result,
             )
         if store is not None:

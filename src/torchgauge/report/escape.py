@@ -1,4 +1,4 @@
-"""Escaping of untrusted text for the documents torchgauge writes: Markdown and HTML.
+"""Escaping of untrusted text for what torchgauge writes: Markdown, HTML and the terminal.
 
 Model names, error text, hostnames and environment values come from model files and from
 results files made on other machines. The nightly posts the Markdown report as a GitHub
@@ -6,7 +6,8 @@ issue body, so such a value must never turn into markup there: no raw HTML (a
 ``</details>`` break-out), no links or images, no @-mentions that notify people, no
 heading or table row injected through a newline or a pipe. Every renderer passes each
 untrusted value through one of these functions for the context it lands in; a later HTML
-output uses :func:`html_text`.
+output uses :func:`html_text`. On a terminal, escape sequences in such a value could
+retitle the window or rewrite what was printed: :func:`terminal_text` shows them instead.
 
 Example:
     >>> markdown_text("</details>\\n# pwned @team [x](http://e.com)")
@@ -18,7 +19,7 @@ from __future__ import annotations
 import html
 import re
 
-__all__ = ["html_text", "markdown_code", "markdown_text"]
+__all__ = ["html_text", "markdown_code", "markdown_text", "terminal_text"]
 
 # Backslash-escaped everywhere: emphasis, code, links and images, headings, tables,
 # strikethrough, and the backslash itself (& < > become HTML entities first). An
@@ -32,6 +33,9 @@ _ZWSP = "\u200b"
 _LINKIFIED = re.compile(r"(?i)(@(?=[a-z0-9_-])|#(?=\d)|:(?=//)|www(?=\.))")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x0b\x0c]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+# C0 controls but newline and tab, DEL and the C1 controls (ESC starts ANSI sequences, and
+# \x9b is a one-byte CSI on some terminals).
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _one_line(value: object) -> str:
@@ -71,3 +75,8 @@ def markdown_code(value: object) -> str:
 def html_text(value: object) -> str:
     """``value`` as text content or a quoted attribute value in HTML."""
     return html.escape(str(value), quote=True)
+
+
+def terminal_text(value: object) -> str:
+    """``value`` safe to print on a terminal: control characters shown as ``\\xNN``."""
+    return _TERMINAL_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))

@@ -14,8 +14,9 @@ No process of a run outlives it. Each worker starts its own session (process gro
 a timeout, an abort or the worker's end kills the whole group, so processes a model
 started die with it. A worker also watches its parent through a pipe only the parent
 holds open: when the parent dies, even by SIGKILL, the pipe reaches EOF and the worker
-kills its group and removes its scratch log; the forkserver exits on its own pipe's EOF
-and the resource tracker when its last writer is gone.
+kills its group and removes its scratch log; the forkserver gets a parent-death signal
+and exits at once (:func:`forkserver_dies_with_parent`), and the resource tracker exits
+when its last writer is gone. docs/reliability.md lists what is tested.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def worker_threads(options: RunnerOptions) -> int | None:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(signum: int = signal.SIGKILL) -> None:
+def _die_with_parent(signum: int) -> None:
     """Linux: get ``signum`` when the parent dies; elsewhere a no-op (the pipes cover it)."""
     try:
         import ctypes

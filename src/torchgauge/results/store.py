@@ -134,7 +134,7 @@ def _sqlite_errors(method):
                                        f"{self.lock_wait_s:g} s") from None
             raise StoreError(f"{self.path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is damaged or not a torchgauge history database: {exc}") from None
+            raise StoreError(f"{self.path} is not a torchgauge history database, or is damaged: {exc}") from None
 
     return wrapper
 
@@ -221,29 +221,26 @@ class Store:
                  lock_wait_s: float | None = None) -> None:
         self.path = Path(path).expanduser()
         self.readonly = readonly
-        self.lock_wait_s = lock_wait_s = BUSY_TIMEOUT_S if lock_wait_s is None else lock_wait_s
+        self.lock_wait_s = BUSY_TIMEOUT_S if lock_wait_s is None else lock_wait_s
         if not self.path.exists():
             if not create or readonly:
                 raise StoreError(f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if readonly:
-                uri = self.path.resolve().as_uri() + "?mode=ro"
-                self._conn = sqlite3.connect(uri, uri=True, timeout=lock_wait_s, isolation_level=None)
-                self._check_schema()
-            else:
-                # isolation_level=None: no implicit transactions; each write opens its own below.
-                self._conn = sqlite3.connect(str(self.path), timeout=lock_wait_s, isolation_level=None)
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                self._conn.execute("PRAGMA synchronous=FULL")  # WAL + FULL: a commit survives power loss too
-                self._conn.execute("PRAGMA foreign_keys=ON")
-                self._init_schema()
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreLockedError(f"{self.path} stayed locked by another process for more than {lock_wait_s:g} s") from None
-            raise StoreError(f"{self.path} is not a torchgauge history database: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a torchgauge history database: {exc}") from None
+        self._open()
+
+    @_sqlite_errors
+    def _open(self) -> None:
+        if self.readonly:
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            self._conn = sqlite3.connect(uri, uri=True, timeout=self.lock_wait_s, isolation_level=None)
+            self._check_schema()
+        else:
+            # isolation_level=None: no implicit transactions; each write opens its own below.
+            self._conn = sqlite3.connect(str(self.path), timeout=self.lock_wait_s, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # WAL + FULL: a commit survives power loss too
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._init_schema()
 
     def __enter__(self) -> "Store":
         return self

@@ -427,7 +427,7 @@ def test_sweep_values_must_be_finite() -> None:
     from torchgauge.scale import parse_vary
 
     for text in ("embedding_dim=16,nan", "embedding_dim=inf", "embedding_dim=-inf,2"):
-        with pytest.raises(ValueError, match="finite and > 0"):
+        with pytest.raises(ValueError, match="must be > 0 and finite"):
             parse_vary(text)
 
 

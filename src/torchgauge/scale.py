@@ -56,7 +56,7 @@ def parse_vary(text: str) -> Axis:
     if not values:
         raise ValueError(f"invalid --vary {text!r}: no values; accepted: NAME=V1,V2,...")
     if any(not math.isfinite(v) or v <= 0 for v in values):  # nan compares false with everything
-        raise ValueError(f"invalid --vary {text!r}: values must be finite and > 0 (a power law needs positive x)")
+        raise ValueError(f"invalid --vary {text!r}: values must be > 0 and finite (a power law needs positive x)")
     if len(set(values)) != len(values):
         raise ValueError(f"invalid --vary {text!r}: repeated values")
     if name == "batch_size" and any(not isinstance(v, int) for v in values):

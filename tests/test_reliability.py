@@ -446,6 +446,13 @@ def test_megabytes_of_output_stay_out_of_the_record(tmp_path) -> None:
     assert len(kept) == 2 and kept[0].stat().st_size > 5 * 1024 * 1024  # --keep-logs keeps it all
 
 
+def test_keep_logs_keeps_every_workers_output(cli, tmp_path) -> None:
+    logs = tmp_path / "logs"
+    code, _, _, _ = _run(cli, tmp_path, "hostile_bracket_error", "planted_ok", extra=("--keep-logs", str(logs)))
+    assert code == 1 and sorted(p.name for p in logs.glob("*.log")) == [
+        "0000-hostile_bracket_error-eval.log", "0001-planted_ok-eval.log"]
+
+
 # -- 8. read-only commands, incomplete runs, missing configurations --------------------------
 
 
@@ -514,8 +521,16 @@ def test_every_run_skipped_for_a_missing_device_fails(cli, tmp_path) -> None:
         pytest.skip("this machine has CUDA")
     out = tmp_path / "r.json"
     code, _, stderr = cli("run", "planted_ok", "--model-file", PLANTED, "--device", "cuda", "--size", "smoke", "-o", str(out))
-    assert code == 4 and "every run was skipped" in stderr
+    assert code == 4 and "no run was measured: cuda requested but no CUDA device is available" in stderr
     assert {r["status"] for r in json.loads(out.read_text())["runs"]} == {"skipped"}
+    # models that cannot use the device at all do not turn a misconfigured job green
+    cpu_only = tmp_path / "cpu_only.py"
+    cpu_only.write_text("from torchgauge import register_model\n"
+                        "@register_model(domain='other', task='t', source='s', batch_size=1, devices=('cpu',))\n"
+                        "def reliability_cpu_only(ctx):\n    raise RuntimeError('never built')\n")
+    code, _, _ = cli("run", "planted_ok", "reliability_cpu_only", "--model-file", PLANTED, "--model-file", str(cpu_only),
+                     "--device", "cuda", "--size", "smoke", "-o", str(out))
+    assert code == 4 and {r["status"] for r in json.loads(out.read_text())["runs"]} == {"skipped", "unsupported"}
 
 
 # -- 10. messages --------------------------------------------------------------------------

@@ -288,7 +288,8 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
                  parent_alive=None, scratch_log: bool = False) -> None:
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
-    os.setsid()
+    with contextlib.suppress(PermissionError):  # already a group leader (never, when forked)
+        os.setsid()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's handler
     if parent_alive is not None:  # (the forkserver is the backstop: forkserver_dies_with_parent)
         _watch_parent(parent_alive, (log_path,) if scratch_log else ())

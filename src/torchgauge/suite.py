@@ -161,9 +161,10 @@ def run_and_save(
 
 def exit_code(records: Iterable[RunRecord]) -> int:
     """0 when every run is ok/unsupported/skipped, 1 otherwise, and
-    :data:`DEVICE_MISSING_EXIT_CODE` when every run was skipped (the only reason for
-    ``skipped`` is a requested device this machine lacks)."""
+    :data:`DEVICE_MISSING_EXIT_CODE` when nothing ran because the device is missing: some
+    runs ``skipped`` (its only reason is a requested device this machine lacks) and the
+    rest ``unsupported`` (models that cannot use that device anyway)."""
     records = list(records)
-    if records and all(r.status == "skipped" for r in records):
+    if any(r.status == "skipped" for r in records) and all(r.status in ("skipped", "unsupported") for r in records):
         return DEVICE_MISSING_EXIT_CODE
     return 0 if all(r.status in PASSING_STATUSES for r in records) else 1

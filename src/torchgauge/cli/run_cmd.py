@@ -167,7 +167,8 @@ def run_command(**kw: object) -> None:
     term.info(f"results written to {output}")
     code = exit_code(results.runs)
     if code == DEVICE_MISSING_EXIT_CODE:
-        term.error(f"every run was skipped: {results.runs[0].error}; "
+        skipped = next(r for r in results.runs if r.status == "skipped")
+        term.error(f"no run was measured: {skipped.error}; "
                    f"failing (exit {code}) so that a job on the wrong machine does not pass")
     if code:
         raise click.exceptions.Exit(code)

@@ -36,6 +36,8 @@ HOSTILE = str(FIXTURES / "hostile_models.py")
 PLANTED = str(FIXTURES / "planted_models.py")
 # Generous for a loaded 2-core CI machine.
 TIMEOUT_S = 30.0
+# For a run that is meant to time out, once the forkserver is warm.
+SHORT_TIMEOUT_S = 6.0
 # The promise: after the parent dies, nothing of the run is alive within this many seconds.
 ORPHAN_DEADLINE_S = 5.0
 
@@ -207,9 +209,10 @@ def test_a_dead_parent_leaves_no_process_and_no_scratch(tmp_path, signame, code)
 
 def test_a_timeout_kills_what_the_model_started(tmp_path) -> None:
     pidfile = tmp_path / "pids"
+    warm = RunConfig("hostile_bracket_error", mode="eval", size="smoke")  # starts the forkserver first
     config = RunConfig("hostile_spawns_and_hangs", mode="eval", size="smoke", model_kwargs={"pidfile": str(pidfile)})
-    (rec,) = run_suite([config], RunnerOptions(timeout_s=TIMEOUT_S, model_files=(HOSTILE,)))
-    assert rec.status == "timeout"
+    _, rec = run_suite([warm, config], RunnerOptions(timeout_s=SHORT_TIMEOUT_S, model_files=(HOSTILE,)))
+    assert rec.status == "timeout" and pidfile.exists()
     _, child_pid = (int(p) for p in pidfile.read_text().split())
     assert not _wait_gone([psutil.Process(child_pid)] if psutil.pid_exists(child_pid) else [], ORPHAN_DEADLINE_S)
 

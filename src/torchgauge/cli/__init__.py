@@ -5,8 +5,8 @@ that need it). One module per command; nothing imports ``torchgauge.cli``.
 
 Exit codes (README.md "Exit codes" documents them): 0 success; 1 a run failed, a
 regression or new failure was found, or the command could not finish (one ``error:``
-line names the file and the problem); 2 a usage error; 4 every selected run was skipped
-because the requested device is missing; 70 an internal error (a bug: ``--debug`` or
+line names the file and the problem); 2 a usage error; 4 nothing was measured because
+the requested device is missing; 70 an internal error (a bug: ``--debug`` or
 ``TORCHGAUGE_DEBUG=1`` shows the traceback); 128+N killed by signal N (130 Ctrl-C, 143
 SIGTERM, 129 SIGHUP), after saving every finished run.
 """
@@ -45,9 +45,8 @@ COMMANDS = {
 
 # Environment variable that, like --debug, shows tracebacks instead of one-line errors.
 DEBUG_ENV_VAR = "TORCHGAUGE_DEBUG"
+# Exit codes set here (click sets 2 for usage errors; suite.DEVICE_MISSING_EXIT_CODE is 4).
 EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_DEVICE_MISSING = 4
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
 # Signals that stop a command the way Ctrl-C does: finished work is saved, workers killed.
 INTERRUPT_SIGNALS = ("SIGTERM", "SIGHUP")

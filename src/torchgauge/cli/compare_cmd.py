@@ -39,6 +39,10 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
     return value
 
 
+# Configurations named in the missing-configurations warning (the JSON and Markdown list all).
+MISSING_SHOWN = 10
+
+
 def _warn_missing(cmp, labels: dict[str, str], term) -> None:
     """Say loudly which configurations one side has and the other lacks (a partial run)."""
     missing: dict[str, list[str]] = {}
@@ -48,10 +52,6 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
     for label, configs in missing.items():
         shown = ", ".join(configs[:MISSING_SHOWN]) + (f" and {len(configs) - MISSING_SHOWN} more" if len(configs) > MISSING_SHOWN else "")
         term.warning(f"{len(configs)} configuration(s) of the other side are MISSING from {label}, not compared: {shown}")
-
-
-# Configurations named in the missing-configurations warning (the JSON and Markdown list all).
-MISSING_SHOWN = 10
 
 
 @click.command("compare")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .results.schema import RunConfig, RunRecord
+from .results.schema import RunConfig, RunRecord, SchemaError
 
 __all__ = [
     "ERROR_LINE_CHARS",
@@ -412,7 +412,10 @@ class _Worker:
                 return self._died()
             self.proc.join(EXIT_GRACE_S)
             self._kill()  # also whatever the model left running in its group
-            return RunRecord.from_dict(doc)
+            try:
+                return RunRecord.from_dict(doc)
+            except (SchemaError, TypeError, ValueError) as exc:  # a model that broke its own record
+                return RunRecord(cfg, "error", error=_tail(f"the worker sent an invalid result: {exc}"))
         if not self.proc.is_alive() and not self.recv.poll(0):
             return self._died()
         if opts.memory_limit_mb is not None:

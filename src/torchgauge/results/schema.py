@@ -278,7 +278,9 @@ class ResultsFile:
         }
 
     def to_json(self) -> str:
-        return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False)
+        # default=str: a value json cannot encode (a numpy scalar a harness let through) must
+        # not make every later rewrite of the file fail
+        return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False, default=str)
 
     def write(self, path: str | os.PathLike) -> None:
         """Write atomically (temp file + rename): a crash never leaves a truncated file.

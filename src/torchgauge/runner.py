@@ -504,11 +504,7 @@ def run_suite(
         record.wall_s = round(time.perf_counter() - t0, 3)
         done[index] = record
         if on_result:
-            try:
-                on_result(record)
-            except Exception as exc:  # reporting one run must not stop the others (Ctrl-C still does)
-                warnings.warn(f"reporting the finished run {config.label()} failed: {type(exc).__name__}: {exc}; "
-                              "the suite goes on", RuntimeWarning, stacklevel=2)
+            _report(on_result, record, f"the finished run {config.label()}")
 
     running: dict[int, tuple[RunConfig, _Worker, float]] = {}
     try:
@@ -525,7 +521,7 @@ def run_suite(
                         break
                     index, config = item
                     if on_start:
-                        on_start(config)
+                        _report(on_start, config, f"the start of {config.label()}")
                     t0 = time.perf_counter()
                     record = _precheck(config)
                     if record is None and not options.isolate:
@@ -548,6 +544,15 @@ def run_suite(
             worker._kill()
         raise
     return [done[i] for i in sorted(done)]
+
+
+def _report(callback: Callable, arg: object, what: str) -> None:
+    """Call a progress/result callback; its failure is a warning, never the suite's end (Ctrl-C still is)."""
+    try:
+        callback(arg)
+    except Exception as exc:
+        warnings.warn(f"reporting {what} failed: {type(exc).__name__}: {exc}; the suite goes on", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _file_safe(name: str) -> str:

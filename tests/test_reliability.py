@@ -290,6 +290,12 @@ def test_escape_sequences_from_a_results_file_are_shown_not_sent(cli, tmp_path) 
     assert "\\x1b[2J" in stdout and "\\x1b]0;pwned" in stderr
 
 
+def test_markdown_text_at_a_line_start_escapes_block_markers() -> None:
+    assert [markdown_text(v, line_start=True) for v in ("- x", "+ y", "12. z", "3) w", "1.5 ms")] == [
+        "\\- x", "\\+ y", "12\\. z", "3\\) w", "1.5 ms"]
+    assert markdown_text("- x") == "- x" and markdown_text("torch_version") == "torch_version"
+
+
 def test_the_report_escapes_every_untrusted_value() -> None:
     hostile = "\n".join(HOSTILE_STRINGS)
     base = ResultsFile(env={"hostname": hostile, "torch_version": "</details>@team"}, runs=[

@@ -166,7 +166,7 @@ def _wait_gone(procs: list[psutil.Process], deadline_s: float) -> list[psutil.Pr
     return alive
 
 
-@pytest.mark.parametrize("signame,code", [("SIGKILL", -9), ("SIGTERM", 143), ("SIGINT", 130)])
+@pytest.mark.parametrize("signame,code", [("SIGKILL", -9), ("SIGTERM", 143)])  # SIGINT: the next test
 def test_a_dead_parent_leaves_no_process_and_no_scratch(tmp_path, signame, code) -> None:
     pidfile = tmp_path / "pids"
     scratch = tmp_path / "tmp"
@@ -205,6 +205,28 @@ def test_a_dead_parent_leaves_no_process_and_no_scratch(tmp_path, signame, code)
         stderr = proc.stderr.read()
         assert f"interrupted by {signame}: 1 of 2 run(s) finished and saved in {out}" in stderr
         assert "1 stored as incomplete run" in stderr
+
+
+def test_ctrl_c_says_what_was_saved(cli, tmp_path, monkeypatch) -> None:
+    import torchgauge.suite
+
+    real = torchgauge.suite.run_and_save
+
+    def interrupted_after_one(configs, options, output, **kw):
+        def on_result(record):
+            kw["on_result"](record)
+            raise KeyboardInterrupt  # Ctrl-C right after the first run finished
+
+        return real(configs, options, output, **{**kw, "on_result": on_result})
+
+    monkeypatch.setattr(torchgauge.suite, "run_and_save", interrupted_after_one)
+    out, db = tmp_path / "r.json", tmp_path / "h.sqlite"
+    code, _, stderr = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
+                          "--warmup", "1", "-o", str(out), "--db", str(db))
+    assert code == 130
+    assert (f"error: interrupted by SIGINT: 1 of 2 run(s) finished and saved in {out} (marked incomplete); "
+            f"1 stored as incomplete run 1 in {db}") in stderr
+    assert json.loads(out.read_text())["complete"] is False
 
 
 def test_a_timeout_kills_what_the_model_started(tmp_path) -> None:

@@ -157,11 +157,18 @@ def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_gone(procs: list[psutil.Process], deadline_s: float) -> list[psutil.Process]:
     end = time.monotonic() + deadline_s
     alive = procs
     while alive and time.monotonic() < end:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _alive(p)]
         time.sleep(0.05)
     return alive
 
@@ -236,7 +243,11 @@ def test_a_timeout_kills_what_the_model_started(tmp_path) -> None:
     _, rec = run_suite([warm, config], RunnerOptions(timeout_s=SHORT_TIMEOUT_S, model_files=(HOSTILE,)))
     assert rec.status == "timeout" and pidfile.exists()
     _, child_pid = (int(p) for p in pidfile.read_text().split())
-    assert not _wait_gone([psutil.Process(child_pid)] if psutil.pid_exists(child_pid) else [], ORPHAN_DEADLINE_S)
+    try:
+        child = [psutil.Process(child_pid)]
+    except psutil.NoSuchProcess:
+        child = []
+    assert not _wait_gone(child, ORPHAN_DEADLINE_S)
 
 
 # -- 3. names from files are data ------------------------------------------------------------

@@ -7,6 +7,9 @@ import torch
 
 from . import configure, measurement, registry  # noqa: F401
 from .registry import list_models
+from .runner import forkserver_dies_with_parent
+
+forkserver_dies_with_parent()
 
 list_models()  # imports every built-in model family and entry-point plugin
 # The first optimizer a process builds imports torch._dynamo (about 4 s on a 2-core CPU);

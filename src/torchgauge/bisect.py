@@ -447,14 +447,15 @@ class MeasureSpec:
     def run_args(self, output: str) -> list[str]:
         """``torchgauge run`` arguments measuring every config in one process."""
         mode = self.modes[0] if len(self.modes) == 1 else "both"
-        args = ["run", *self.models, "--mode", mode, "--device", self.device, "--precision", self.precision,
-                "--backend", self.backend, "--size", self.size, "--repeat", str(self.repeat),
-                "--warmup", str(self.warmup), "--metrics", self.metric, "--in-process", "--quiet", "--output", output]
+        # --opt=value binds each value to its option and the names follow "--": no value
+        # or name (say one read back from the point cache) can be parsed as an option
+        args = ["run", f"--mode={mode}", f"--device={self.device}", f"--precision={self.precision}",
+                f"--backend={self.backend}", f"--size={self.size}", f"--repeat={self.repeat}",
+                f"--warmup={self.warmup}", f"--metrics={self.metric}", "--in-process", "--quiet", f"--output={output}"]
         if self.batch_size is not None:
-            args += ["--batch-size", str(self.batch_size)]
-        for path in self.model_files:
-            args += ["--model-file", path]
-        return args
+            args.append(f"--batch-size={self.batch_size}")
+        args += [f"--model-file={path}" for path in self.model_files]
+        return [*args, "--", *self.models]
 
 
 # label -> timing samples (ms) or [count] for a deterministic metric, or the run's error

@@ -11,7 +11,11 @@ medians per side (:func:`~torchgauge.stats.compare.pooled_or_group_medians`) and
 false-alarm rate holds against between-process noise too.
 
 Each side runs ``python -m torchgauge.cli run ...`` in its own interpreter (a virtual
-environment per build), once per round for all flagged configurations together.
+environment per build), once per round for all flagged configurations together. The
+model names come from results files, possibly made elsewhere: they are checked against
+the registry first (:func:`~torchgauge.registry.validate_model_names`) and passed after
+``--``, and every other value is bound to its option as ``--opt=value``, so nothing in a
+file can become an option (``--model-file=/some/file.py`` would run that file).
 """
 
 from __future__ import annotations
@@ -54,16 +58,14 @@ def _group_key(c: RunConfig) -> tuple:
 def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, request: ConfirmRequest) -> list[str]:
     """The ``torchgauge run`` command line re-measuring ``configs`` (all of one group)."""
     c = configs[0]
-    cmd = [python, "-m", "torchgauge.cli", "run", *sorted({x.model for x in configs}), "--mode", c.mode,
-           "--device", c.device, "--precision", c.precision, "--backend", c.backend, "--size", c.size,
-           "--repeat", str(c.repeat), "--warmup", str(c.warmup), "--seed", str(c.seed),
-           "--metrics", ",".join(c.metrics), "--timeout", str(request.timeout_s), "--output", str(output), "--quiet",
-           "--no-db"]
+    cmd = [python, "-m", "torchgauge.cli", "run", f"--mode={c.mode}", f"--device={c.device}",
+           f"--precision={c.precision}", f"--backend={c.backend}", f"--size={c.size}", f"--repeat={c.repeat}",
+           f"--warmup={c.warmup}", f"--seed={c.seed}", f"--metrics={','.join(c.metrics)}",
+           f"--timeout={request.timeout_s}", f"--output={output}", "--quiet", "--no-db"]
     if c.batch_size is not None:
-        cmd += ["--batch-size", str(c.batch_size)]
-    for path in request.model_files:
-        cmd += ["--model-file", path]
-    return cmd
+        cmd.append(f"--batch-size={c.batch_size}")
+    cmd += [f"--model-file={path}" for path in request.model_files]
+    return [*cmd, "--", *sorted({x.model for x in configs})]
 
 
 def rerun_configs(python: str, configs: Sequence[RunConfig], workdir: Path, request: ConfirmRequest,
@@ -91,6 +93,18 @@ def rerun_configs(python: str, configs: Sequence[RunConfig], workdir: Path, requ
     return merged
 
 
+def _check_names(configs: Sequence[RunConfig], request: ConfirmRequest) -> None:
+    """Every model name must be registered (after the user's model files) before it reaches a command."""
+    from .registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
+
+    try:
+        for path in request.model_files:
+            load_model_file(path)
+        validate_model_names(c.model for c in configs)
+    except (UnknownModelError, ModelFileError) as exc:
+        raise ConfirmError(f"cannot confirm: {exc}") from None
+
+
 def confirm_comparison(
     cmp: Comparison,
     request: ConfirmRequest,
@@ -112,6 +126,7 @@ def confirm_comparison(
     if not flagged:
         return cmp
     configs = list(flagged.values())
+    _check_names(configs, request)
     rounds = request.rounds or rounds_needed(len(configs), cmp.alpha)
     base_runs: list = []
     new_runs: list = []

@@ -32,6 +32,7 @@ __all__ = [
     "DOMAINS",
     "MODES",
     "SIZES",
+    "ModelFileError",
     "ModelSpec",
     "UnknownModelError",
     "AmbiguousModelError",
@@ -43,6 +44,7 @@ __all__ = [
     "create",
     "load_model_file",
     "load_plugins",
+    "validate_model_names",
 ]
 
 # The six domains of the TorchBench paper's Table 1.
@@ -61,6 +63,10 @@ class UnknownModelError(KeyError):
 
 class AmbiguousModelError(UnknownModelError):
     """Raised for a name that matches several registered names case-insensitively (all listed)."""
+
+
+class ModelFileError(ValueError):
+    """A ``--model-file`` could not be loaded; the message is ``path:line: Type: message``."""
 
 
 @dataclass(frozen=True)
@@ -370,10 +376,47 @@ def load_model_file(path: str | Path) -> list[str]:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+    except Exception as exc:  # a syntax error, an exception at import, a duplicate name
+        del sys.modules[mod_name]
+        for name in set(_specs) - before:  # half-loaded: forget what it registered
+            _module_to_names.get(_specs.pop(name).module, set()).discard(name)
+        raise ModelFileError(_model_file_problem(path, exc)) from exc
     except BaseException:
         del sys.modules[mod_name]
         raise
     return sorted(set(_specs) - before, key=_natural_key)
+
+
+def _model_file_problem(path: Path, exc: Exception) -> str:
+    """``path:line: Type: message`` for an exception raised while importing ``path``."""
+    line = exc.lineno if isinstance(exc, SyntaxError) else None
+    if line is None:  # the innermost frame of the traceback that lies in the file itself
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+        line = frames[-1].lineno if frames else None
+    message = (exc.msg if isinstance(exc, SyntaxError) else str(exc)).strip().splitlines()
+    where = f"{path}:{line}" if line else str(path)
+    return f"{where}: {type(exc).__name__}: {message[0] if message else ''}"[:1000]
+
+
+def validate_model_names(names: Iterable[str]) -> list[str]:
+    """``names`` read from a file or a database, checked to be registered models.
+
+    Such names are data: one that is not registered (say ``--model-file=/tmp/x.py`` in a
+    crafted results file) must never reach a command line, where it would be parsed as
+    an option or a wildcard pattern. Load the user's own ``--model-file`` files first.
+
+    Raises:
+        UnknownModelError: a name is not registered.
+    """
+    _ensure_builtins()
+    out = []
+    for name in names:
+        if not isinstance(name, str) or name not in _specs or name.startswith("-") or any(ch in name for ch in "*?[]"):
+            raise UnknownModelError(f"{name!r} is not a registered model name; refusing to pass it to a command")
+        out.append(name)
+    return out
 
 
 def load_plugins() -> list[str]:

@@ -9,26 +9,39 @@ Ctrl-C.
 Workers are forked from a forkserver that has already imported torch and the model
 registry, so starting one costs milliseconds instead of the seconds a fresh interpreter
 needs to import torch (suite wall time on 100+ models would otherwise be start-up).
+
+No process of a run outlives it. Each worker starts its own session (process group), and
+a timeout, an abort or the worker's end kills the whole group, so processes a model
+started die with it. A worker also watches its parent through a pipe only the parent
+holds open: when the parent dies, even by SIGKILL, the pipe reaches EOF and the worker
+kills its group and removes its scratch log; the forkserver gets a parent-death signal
+and exits at once (:func:`forkserver_dies_with_parent`), and the resource tracker exits
+when its last writer is gone. docs/reliability.md lists what is tested.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing as mp
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from .results.schema import RunConfig, RunRecord
+from .results.schema import RunConfig, RunRecord, SchemaError
 
 __all__ = [
+    "ERROR_LINE_CHARS",
     "ERROR_TAIL_LINES",
+    "LOG_TAIL_BYTES",
     "POLL_INTERVAL_S",
     "RunnerOptions",
     "classify_exception",
@@ -38,6 +51,11 @@ __all__ = [
 
 # Lines of a traceback or worker log kept in a record's ``error``.
 ERROR_TAIL_LINES = 20
+# Characters of one such line kept (its start and end): a model that prints megabytes on
+# one line must not put them into the results file, every rewrite of it and the database.
+ERROR_LINE_CHARS = 2000
+# Bytes read from the end of a worker's log for the error (the file may be huge).
+LOG_TAIL_BYTES = 64 * 1024
 # How often the parent checks a worker's liveness, deadline and memory.
 POLL_INTERVAL_S = 0.05
 # Grace period for a worker to exit after it sent its result.
@@ -64,7 +82,7 @@ class RunnerOptions:
     memory_limit_mb: float | None = None  # worker RSS cap; exceeding it gives status "oom"
     model_files: tuple[str, ...] = ()  # user files registering models, loaded in each worker
     isolate: bool = True  # False: run in this process (debugging; no timeout or crash safety)
-    log_dir: str | None = None  # keep each worker's stdout/stderr here (default: temp, deleted)
+    log_dir: str | None = None  # keep each worker's full stdout/stderr here (default: temp, deleted)
     # Workers at once. Keep 1 for timing (parallel runs disturb each other's samples); more
     # is for coverage recording and smoke checks, where only the outcome matters.
     jobs: int = 1
@@ -75,9 +93,20 @@ class RunnerOptions:
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
+def _clip_line(line: str, limit: int = ERROR_LINE_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    half = limit // 2
+    return f"{line[:half]} [... {len(line) - 2 * half:,} characters cut ...] {line[-half:]}"
+
+
 def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
+    """The last ``n`` non-blank lines, each clipped to ERROR_LINE_CHARS, saying what was cut."""
     lines = [ln for ln in text.rstrip().splitlines() if ln.strip()]
-    return "\n".join(lines[-n:])
+    kept = [_clip_line(ln) for ln in lines[-n:]]
+    if len(lines) > n:
+        kept.insert(0, f"[... {len(lines) - n} earlier lines cut ...]")
+    return "\n".join(kept)
 
 
 def classify_exception(exc: BaseException) -> str:
@@ -172,7 +201,98 @@ def worker_threads(options: RunnerOptions) -> int | None:
     return None
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None) -> None:
+# prctl(2) option: the signal a process gets when its parent thread dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(signum: int) -> None:
+    """Linux: get ``signum`` when the parent dies; elsewhere a no-op (the pipes cover it)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+
+def forkserver_dies_with_parent() -> None:
+    """Called in the forkserver (by ``_preload``): exit at once, and tidy up, when the suite dies.
+
+    The forkserver exits by itself when the parent's pipe reaches EOF, but only after an
+    interpreter shutdown that takes seconds with torch loaded, and it leaves the folder of
+    its socket behind when the parent was SIGKILLed. With a parent-death SIGTERM it gives
+    its workers' watchdogs a moment to clean up, kills the process group of any worker
+    still alive (one whose model holds the GIL), removes that folder and leaves at once.
+    Workers reset SIGTERM to the default.
+    """
+    import re
+    import socket
+
+    import psutil
+
+    match = re.search(r"main\((\d+),", " ".join(getattr(sys, "orig_argv", [])))
+    server_pid = os.getpid()
+
+    def leave(signum: int, frame: object) -> None:
+        if os.getpid() != server_pid:  # a worker that has not reset the handler yet
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        workers = psutil.Process().children()
+        _, alive = psutil.wait_procs(workers, timeout=WATCHDOG_GRACE_S)
+        for worker in alive:
+            _kill_group(worker.pid)
+        if match:
+            with contextlib.suppress(OSError, ValueError):
+                address = socket.socket(fileno=os.dup(int(match.group(1)))).getsockname()
+                if isinstance(address, str) and os.path.basename(os.path.dirname(address)).startswith("pymp-"):
+                    os.unlink(address)
+                    os.rmdir(os.path.dirname(address))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    _die_with_parent(signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before the prctl
+        leave(signal.SIGTERM, None)
+
+
+def _watch_parent(parent_alive, scratch: tuple[str, ...]) -> None:
+    """Kill this worker's process group once the parent is gone (EOF on ``parent_alive``).
+
+    The parent never writes to the pipe and holds its only writer, so EOF means the parent
+    died, however it died. ``scratch`` files are removed (then their folders, if empty).
+    """
+
+    def watch() -> None:
+        try:
+            while True:
+                parent_alive.recv()
+        except (EOFError, OSError):
+            pass
+        for path in scratch:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="torchgauge-parent-watch", daemon=True).start()
+
+
+# Seconds the forkserver, once the parent is dead, leaves the workers' watchdogs to clean up.
+WATCHDOG_GRACE_S = 1.0
+
+
+def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None,
+                 parent_alive=None, scratch_log: bool = False) -> None:
+    # Own session and process group: killing the group kills whatever the model started,
+    # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
+    with contextlib.suppress(PermissionError):  # already a group leader (never, when forked)
+        os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's handler
+    if parent_alive is not None:  # (the forkserver is the backstop: forkserver_dies_with_parent)
+        _watch_parent(parent_alive, (log_path,) if scratch_log else ())
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -194,11 +314,25 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
     conn.close()
 
 
-def _read_log(path: str) -> str:
+def _read_log(path: str, max_bytes: int = LOG_TAIL_BYTES) -> str:
+    """The last ``max_bytes`` of a worker's log (a model may have printed gigabytes)."""
     try:
-        return Path(path).read_text(errors="replace")
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read(max_bytes)
     except OSError:
         return ""
+    text = data.decode(errors="replace")
+    if size > max_bytes:  # the first line is a fragment: _tail clips it and says so
+        text = f"[... log of {size:,} bytes: only its last {max_bytes:,} read ...]\n..." + text
+    return text
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process of the worker's group; nothing if the group is gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _signal_name(code: int) -> str:
@@ -241,22 +375,30 @@ def _main_module_hidden() -> Iterator[None]:
 class _Worker:
     """One worker process running one config, watched by the parent."""
 
-    def __init__(self, mp_ctx, config: RunConfig, options: RunnerOptions, log_path: str) -> None:
+    def __init__(self, mp_ctx, config: RunConfig, options: RunnerOptions, log_path: str, *, scratch_log: bool) -> None:
         self.config = config
         self.options = options
         self.log_path = log_path
         self.recv, send = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options)),
+        # the parent holds the only writer of this one: EOF in the worker means we died
+        alive_r, self.alive_w = mp_ctx.Pipe(duplex=False)
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options),
+                                                              alive_r, scratch_log),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
+        alive_r.close()
         self.deadline = time.monotonic() + options.timeout_s
 
     def _kill(self) -> None:
-        if self.proc.is_alive():
+        """Kill the worker and everything in its process group, then reap it."""
+        _kill_group(self.proc.pid)  # the group is the worker's pid (it called setsid)
+        if self.proc.is_alive():  # killed before its setsid: its group does not exist yet
             self.proc.kill()
         self.proc.join(EXIT_GRACE_S)
+        self.alive_w.close()
+        self.recv.close()
 
     def poll(self, timeout_s: float = 0.0) -> RunRecord | None:
         """The run's record once it has ended (result, crash, OOM or timeout); None while it runs."""
@@ -269,9 +411,11 @@ class _Worker:
             except EOFError:  # died without a result
                 return self._died()
             self.proc.join(EXIT_GRACE_S)
-            if self.proc.is_alive():
-                self._kill()
-            return RunRecord.from_dict(doc)
+            self._kill()  # also whatever the model left running in its group
+            try:
+                return RunRecord.from_dict(doc)
+            except (SchemaError, TypeError, ValueError) as exc:  # a model that broke its own record
+                return RunRecord(cfg, "error", error=_tail(f"the worker sent an invalid result: {exc}"))
         if not self.proc.is_alive() and not self.recv.poll(0):
             return self._died()
         if opts.memory_limit_mb is not None:
@@ -289,6 +433,7 @@ class _Worker:
         cfg = self.config
         self.proc.join(EXIT_GRACE_S)
         code = self.proc.exitcode
+        self._kill()
         log = _tail(_read_log(self.log_path))
         if code is not None and code < 0:
             # SIGKILL without our doing it is almost always the kernel's OOM killer.
@@ -343,6 +488,10 @@ def run_suite(
         load_model_file(path)
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
+    if not (math.isfinite(options.timeout_s) and options.timeout_s > 0):  # nan would disable it
+        raise ValueError(f"timeout_s must be a finite number > 0; got {options.timeout_s}")
+    if options.memory_limit_mb is not None and not (math.isfinite(options.memory_limit_mb) and options.memory_limit_mb > 0):
+        raise ValueError(f"memory_limit_mb must be a finite number > 0 or None; got {options.memory_limit_mb}")
     if options.threads_per_worker is not None and options.threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be >= 1; got {options.threads_per_worker}")
     configs = list(configs)
@@ -355,7 +504,7 @@ def run_suite(
         record.wall_s = round(time.perf_counter() - t0, 3)
         done[index] = record
         if on_result:
-            on_result(record)
+            _report(on_result, record, f"the finished run {config.label()}")
 
     running: dict[int, tuple[RunConfig, _Worker, float]] = {}
     try:
@@ -372,7 +521,7 @@ def run_suite(
                         break
                     index, config = item
                     if on_start:
-                        on_start(config)
+                        _report(on_start, config, f"the start of {config.label()}")
                     t0 = time.perf_counter()
                     record = _precheck(config)
                     if record is None and not options.isolate:
@@ -380,18 +529,35 @@ def run_suite(
                     if record is not None:
                         finish(index, config, record, t0)
                         continue
-                    log_path = str(log_dir / f"{index:04d}-{config.model}-{config.mode}.log")
-                    running[index] = (config, _Worker(mp_ctx, config, options, log_path), t0)
+                    log_path = str(log_dir / f"{index:04d}-{_file_safe(config.model)}-{config.mode}.log")
+                    worker = _Worker(mp_ctx, config, options, log_path, scratch_log=options.log_dir is None)
+                    running[index] = (config, worker, t0)
                 for index, (config, worker, t0) in list(running.items()):
                     record = worker.poll(POLL_INTERVAL_S / len(running))
                     if record is not None:
                         del running[index]
+                        if options.log_dir is None:  # read: only running workers' logs stay in scratch
+                            Path(worker.log_path).unlink(missing_ok=True)
                         finish(index, config, record, t0)
     except BaseException:
         for _, worker, _ in running.values():
             worker._kill()
         raise
     return [done[i] for i in sorted(done)]
+
+
+def _report(callback: Callable, arg: object, what: str) -> None:
+    """Call a progress/result callback; its failure is a warning, never the suite's end (Ctrl-C still is)."""
+    try:
+        callback(arg)
+    except Exception as exc:
+        warnings.warn(f"reporting {what} failed: {type(exc).__name__}: {exc}; the suite goes on", RuntimeWarning,
+                      stacklevel=3)
+
+
+def _file_safe(name: str) -> str:
+    # a model file may register any __name__; a log file name must stay in the log folder
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:100].lstrip(".") or "model"
 
 
 def _domain_of(name: str) -> str:

@@ -11,6 +11,7 @@ architecture override (like ``run --model-arg``).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -54,8 +55,8 @@ def parse_vary(text: str) -> Axis:
         raise ValueError(f"invalid --vary {text!r}: values must be numbers, e.g. {name}=16,32,64") from None
     if not values:
         raise ValueError(f"invalid --vary {text!r}: no values; accepted: NAME=V1,V2,...")
-    if any(v <= 0 for v in values):
-        raise ValueError(f"invalid --vary {text!r}: values must be > 0 (a power law needs positive x)")
+    if any(not math.isfinite(v) or v <= 0 for v in values):  # nan compares false with everything
+        raise ValueError(f"invalid --vary {text!r}: values must be > 0 and finite (a power law needs positive x)")
     if len(set(values)) != len(values):
         raise ValueError(f"invalid --vary {text!r}: repeated values")
     if name == "batch_size" and any(not isinstance(v, int) for v in values):

@@ -15,7 +15,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .results.schema import DEFAULT_METRICS, PASSING_STATUSES, ResultsFile, RunConfig, RunRecord
 
-__all__ = ["SuiteRequest", "select_models", "parse_shard", "plan", "run_and_save", "default_output_path", "exit_code"]
+__all__ = ["DEVICE_MISSING_EXIT_CODE", "SuiteRequest", "select_models", "parse_shard", "plan", "run_and_save",
+           "default_output_path", "exit_code"]
+
+# Exit code when every selected run was skipped because the requested device is missing:
+# a GPU job scheduled on a machine without a GPU must not pass green.
+DEVICE_MISSING_EXIT_CODE = 4
 
 
 class SelectionError(ValueError):
@@ -153,25 +158,38 @@ def run_and_save(
     """Run the configs in isolated workers, rewriting ``output`` after every finished run.
 
     The file is replaced atomically each time, so a crash or Ctrl-C leaves every run that
-    finished before it on disk.
+    finished before it on disk; it says ``"complete": false`` until the last run ended.
+    A failure to write it after one run is a warning (the suite goes on, ``on_result``
+    still sees the run); the first write fails loudly (ResultsWriteError) before anything runs.
     """
     from . import __version__
     from .harness.env import collect_env
     from .runner import run_suite
 
-    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__)
+    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__,
+                          complete=False)
 
     def save(record: RunRecord) -> None:
         results.runs.append(record)
-        results.write(output)
-        if on_result:
-            on_result(record)
+        try:
+            results.write(output)  # a failure is reported by run_suite as a warning
+        finally:
+            if on_result:
+                on_result(record)
 
     results.write(output)  # an empty file with the environment, before anything runs
     run_suite(configs, runner_options, on_result=save, on_start=on_start)
+    results.complete = True
+    results.write(output)
     return results
 
 
 def exit_code(records: Iterable[RunRecord]) -> int:
-    """0 when every run is ok/unsupported/skipped, 1 otherwise."""
+    """0 when every run is ok/unsupported/skipped, 1 otherwise, and
+    :data:`DEVICE_MISSING_EXIT_CODE` when nothing ran because the device is missing: some
+    runs ``skipped`` (its only reason is a requested device this machine lacks) and the
+    rest ``unsupported`` (models that cannot use that device anyway)."""
+    records = list(records)
+    if any(r.status == "skipped" for r in records) and all(r.status in ("skipped", "unsupported") for r in records):
+        return DEVICE_MISSING_EXIT_CODE
     return 0 if all(r.status in PASSING_STATUSES for r in records) else 1

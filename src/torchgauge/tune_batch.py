@@ -256,14 +256,18 @@ class BatchSizeStore:
 
     def _load(self) -> None:
         try:
-            doc = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise StoreError(f"cannot read batch-size store {self.path}: {exc}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("devices"), dict):
             raise StoreError(f"{self.path} is not a batch-size store (no 'devices' object)")
         version = doc.get("schema_version")
         if version != STORE_VERSION:
             raise StoreError(f"{self.path} has store schema_version {version!r}; this torchgauge reads {STORE_VERSION}")
+        for device, sizes in doc["devices"].items():
+            entries = sizes.values() if isinstance(sizes, dict) else [None]
+            if not all(isinstance(models, dict) and all(isinstance(e, dict) for e in models.values()) for models in entries):
+                raise StoreError(f"{self.path}: the entries of device {device!r} are not objects of size -> model -> entry")
         self.devices = doc["devices"]
 
     def get(self, model: str, device_name: str, size: str) -> dict[str, Any] | None:
@@ -273,7 +277,13 @@ class BatchSizeStore:
     def batch_size(self, model: str, device_name: str, size: str) -> int | None:
         """The tuned batch size, or None when ``model`` was not tuned there."""
         entry = self.get(model, device_name, size)
-        return int(entry["batch_size"]) if entry else None
+        if entry is None:
+            return None
+        value = entry.get("batch_size")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StoreError(f"{self.path}: {model} on {device_name} ({size}) has batch_size {value!r}; "
+                             "accepted: an integer >= 1")
+        return value
 
     def put(self, search: BatchSearch) -> None:
         """Record ``search`` (replacing an older entry for the same key)."""

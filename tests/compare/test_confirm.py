@@ -7,23 +7,28 @@ import os
 import stat
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from torchgauge.compare.regression import compare_results
 from torchgauge.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+PLANTED = str(Path(__file__).parents[1] / "fixtures" / "planted_models.py")
 
-# Stands in for `python -m torchgauge.cli run MODEL... --mode M ... --output PATH`: writes a
+# Names must be registered models (confirm refuses any other name from a file).
+A, B = "planted_ok", "planted_eval_only"
+
+# Stands in for `python -m torchgauge.cli run --mode=M ... --output=PATH -- MODEL...`: writes a
 # results file whose per-process level is LEVEL (+-1% process noise) and logs its call.
 _FAKE = textwrap.dedent("""\
     #!{python}
     import json, random, sys
     args = sys.argv[1:]
     assert args[:3] == ["-m", "torchgauge.cli", "run"], args
-    out = args[args.index("--output") + 1]
-    mode = args[args.index("--mode") + 1]
-    models = args[3:args.index("--mode")]
+    value = lambda opt: next(a.split("=", 1)[1] for a in args if a.startswith(opt + "="))
+    out, mode = value("--output"), value("--mode")
+    models = args[args.index("--") + 1:]
     with open({log!r}, "a") as fh:
         fh.write({side!r} + " " + " ".join(models) + "\\n")
     rng = random.Random()
@@ -46,32 +51,34 @@ def _fake(tmp_path, side: str, levels: dict[str, float]) -> str:
 def _flagged() -> tuple:
     def rf(level_a: float, level_b: float) -> ResultsFile:
         runs = [RunRecord(RunConfig(m, mode="eval"), "ok", metrics={"time_ms": {"samples": [lv * (1 + 0.001 * i) for i in range(10)]}})
-                for m, lv in (("a", level_a), ("b", level_b))]
+                for m, lv in ((A, level_a), (B, level_b))]
         return ResultsFile(env={}, runs=runs)
 
     cmp = compare_results(rf(10.0, 10.0), rf(12.0, 12.0))  # one base process vs one new: both flagged
-    assert {f.config.model for f in cmp.regressions} == {"a", "b"}
+    assert {f.config.model for f in cmp.regressions} == {A, B}
     return cmp
 
 
 def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
     # in fresh processes "a" really is 20% slower; "b" was a slow process
-    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {"a": 12.0}),
-                             rounds=5)
+    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {A: 12.0}),
+                             rounds=5, model_files=(PLANTED,))
     rounds_seen = []
     out = confirm_comparison(_flagged(), request, on_round=lambda r, n: rounds_seen.append((r, n)))
-    assert [f.config.model for f in out.regressions] == ["a"] and [f.config.model for f in out.dismissed] == ["b"]
+    assert [f.config.model for f in out.regressions] == [A] and [f.config.model for f in out.dismissed] == [B]
     kept = out.regressions[0]
     assert (kept.n_base, kept.n_new) == (5, 5) and kept.p_value < 0.01  # process medians, not pooled samples
     assert kept.detail["first_change"] == pytest.approx(0.2, abs=0.01)
     assert rounds_seen == [(r, 5) for r in range(1, 6)] and out.confirm_rounds == 5
     calls = (tmp_path / "calls.log").read_text().split("\n")[:-1]
     # ABBA order, one call per side and round
-    assert calls == ["base a b", "cand a b", "cand a b", "base a b"] * 2 + ["base a b", "cand a b"]
+    base, cand = f"base {B} {A}", f"cand {B} {A}"  # sorted names
+    assert calls == [base, cand, cand, base] * 2 + [base, cand]
 
 
 def test_confirm_keeps_a_flag_it_could_not_remeasure(tmp_path) -> None:
-    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {}), rounds=2)
+    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {}), rounds=2,
+                             model_files=(PLANTED,))
     cmp = _flagged()
     cmp.regressions = [f.__class__(f.config.with_(precision="bf16"), *[getattr(f, k) for k in
                        ("metric", "base", "new", "change", "p_value", "verdict")]) for f in cmp.regressions[:1]]
@@ -90,7 +97,7 @@ def test_confirm_reports_an_interpreter_that_cannot_run(tmp_path) -> None:
     broken = tmp_path / "python-broken"
     broken.write_text("#!/bin/sh\necho 'No module named torchgauge' >&2\nexit 1\n")
     broken.chmod(0o755)
-    request = ConfirmRequest(baseline_python=str(broken), candidate_python=str(broken), rounds=2)
+    request = ConfirmRequest(baseline_python=str(broken), candidate_python=str(broken), rounds=2, model_files=(PLANTED,))
     with pytest.raises(ConfirmError, match="No module named torchgauge"):
         confirm_comparison(_flagged(), request)
 
@@ -98,8 +105,7 @@ def test_confirm_reports_an_interpreter_that_cannot_run(tmp_path) -> None:
 def test_rerun_command_carries_the_configuration() -> None:
     c = RunConfig("m", mode="train", batch_size=8, size="smoke", repeat=5, warmup=1, metrics=("time", "memory"))
     cmd = rerun_command("py", [c, c.with_(model="k")], os.devnull, ConfirmRequest(model_files=("/x/models.py",)))
-    assert cmd[:6] == ["py", "-m", "torchgauge.cli", "run", "k", "m"]
-    joined = " ".join(cmd)
-    for part in ("--mode train", "--batch-size 8", "--size smoke", "--repeat 5", "--warmup 1", "--metrics time,memory",
-                 "--model-file /x/models.py", "--no-db", f"--output {os.devnull}"):
-        assert part in joined
+    assert cmd[:4] == ["py", "-m", "torchgauge.cli", "run"] and cmd[-3:] == ["--", "k", "m"]
+    for part in ("--mode=train", "--batch-size=8", "--size=smoke", "--repeat=5", "--warmup=1", "--metrics=time,memory",
+                 "--model-file=/x/models.py", "--no-db", f"--output={os.devnull}"):
+        assert part in cmd

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .params import check_device, fraction, non_negative, positive, selected_models, split_csv, threshold
+from .params import PROBABILITY, SECONDS, check_device, fraction, non_negative, positive, selected_models, split_csv, threshold
 
 
 @click.command("bisect")
@@ -44,7 +44,7 @@ from .params import check_device, fraction, non_negative, positive, selected_mod
 @click.option("--threshold", default=None, callback=threshold,
               help="Change that counts, e.g. 7% or 0.07 (default: compare's, 7% for time, 2% for "
                    "instructions, 1% for operator counts and FLOPs).")
-@click.option("--alpha", type=float, default=0.01, show_default=True, help="Significance level of the rank test.")
+@click.option("--alpha", type=PROBABILITY, default=0.01, show_default=True, help="Significance level of the rank test.")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Fresh re-measurements of a point that looks like neither endpoint.")
 @click.option("--fastest", default="100%", show_default=True, callback=fraction,
@@ -54,9 +54,9 @@ from .params import check_device, fraction, non_negative, positive, selected_mod
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Measurement cache (default: ~/.cache/torchgauge/bisect).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write cached measurements.")
-@click.option("--build-timeout", type=float, default=3 * 3600.0, show_default=True,
+@click.option("--build-timeout", type=SECONDS, default=3 * 3600.0, show_default=True,
               help="Seconds before a build counts as failed (skip).")
-@click.option("--timeout", type=float, default=1800.0, show_default=True, help="Seconds per point's measurement.")
+@click.option("--timeout", type=SECONDS, default=1800.0, show_default=True, help="Seconds per point's measurement.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def bisect_command(**kw: object) -> None:

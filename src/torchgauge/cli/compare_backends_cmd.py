@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .params import check_device, non_negative, positive, selected_models
+from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
 
 DEFAULT_BASELINE = "eager"
 DEFAULT_CANDIDATE = "inductor"
@@ -35,8 +35,8 @@ DEFAULT_CANDIDATE = "inductor"
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
               help="Write the dynamo harness's performance CSV (speedup, abs_latency, compilation_latency, "
                    "compression_ratio, ...); with both modes, FILE_training.csv and FILE_inference.csv.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")
 @click.option("--results-dir", type=click.Path(file_okay=False), default="torchgauge-results", show_default=True,

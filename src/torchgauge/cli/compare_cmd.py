@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from .params import threshold
+from .params import SECONDS, threshold
 
 
-def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict) -> tuple:
+def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict, include_incomplete: bool = False) -> tuple:
     """(ResultsFile, label) from a results file path, a stored run id, ``latest`` or ``previous``."""
     from ..results.schema import SchemaError, load_results
     from ..results.store import Store, StoreError, default_db_path
@@ -22,12 +22,12 @@ def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict)
             raise click.ClickException(str(exc)) from None
     if "store" not in store_cache:
         try:
-            store_cache["store"] = Store(db or default_db_path(), create=False)
+            store_cache["store"] = Store(db or default_db_path(), readonly=True)
         except StoreError as exc:
             raise click.ClickException(f"{ref!r} is not a results file, and {exc}") from None
     store = store_cache["store"]
     try:
-        suite = store.resolve(ref, machine=machine)
+        suite = store.resolve(ref, machine=machine, include_incomplete=include_incomplete)
         return store.load(suite), f"run {suite}"
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
@@ -37,6 +37,21 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not 0 < value < 1:
         raise click.BadParameter(f"{value} is not a probability; accepted: 0 < alpha < 1, e.g. 0.01")
     return value
+
+
+# Configurations named in the missing-configurations warning (the JSON and Markdown list all).
+MISSING_SHOWN = 10
+
+
+def _warn_missing(cmp, labels: dict[str, str], term) -> None:
+    """Say loudly which configurations one side has and the other lacks (a partial run)."""
+    missing: dict[str, list[str]] = {}
+    for u in cmp.unmatched:
+        if u.reason == "missing":
+            missing.setdefault(labels.get(u.side or "", u.side or "?"), []).append(u.config)
+    for label, configs in missing.items():
+        shown = ", ".join(configs[:MISSING_SHOWN]) + (f" and {len(configs) - MISSING_SHOWN} more" if len(configs) > MISSING_SHOWN else "")
+        term.warning(f"{len(configs)} configuration(s) of the other side are MISSING from {label}, not compared: {shown}")
 
 
 @click.command("compare")
@@ -57,6 +72,8 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="History database for run ids, latest and previous (default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--machine", default=None,
               help="Machine fingerprint that latest/previous refer to (default: any machine).")
+@click.option("--include-incomplete", is_flag=True,
+              help="latest/previous may name an interrupted run (by default they skip incomplete runs).")
 @click.option("--confirm", is_flag=True, help="Rerun flagged configurations in fresh processes; keep what fails again.")
 @click.option("--confirm-runs", type=click.IntRange(min=2), default=None,
               help="Fresh processes per side for --confirm (default: enough to reach --alpha after correction).")
@@ -64,7 +81,7 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one).")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models, for --confirm reruns (repeatable).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per confirmation run.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare_command(**kw: object) -> int:
@@ -85,8 +102,8 @@ def compare_command(**kw: object) -> int:
         raise click.UsageError("--baseline-python, --candidate-python and --confirm-runs need --confirm")
     cache: dict = {}
     try:
-        base, base_label = _load_side(str(kw["base"]), kw["db"], kw["machine"], cache)
-        new, new_label = _load_side(str(kw["new"]), kw["db"], kw["machine"], cache)
+        base, base_label = _load_side(str(kw["base"]), kw["db"], kw["machine"], cache, bool(kw["include_incomplete"]))
+        new, new_label = _load_side(str(kw["new"]), kw["db"], kw["machine"], cache, bool(kw["include_incomplete"]))
     finally:
         if "store" in cache:
             cache["store"].close()
@@ -94,8 +111,12 @@ def compare_command(**kw: object) -> int:
     if all(fingerprints) and fingerprints[0] != fingerprints[1]:
         term.warning(f"{base_label} and {new_label} come from different machines ({fingerprints[0]} vs "
                      f"{fingerprints[1]}): time and memory changes may be the hardware's")
+    for label, side in ((base_label, base), (new_label, new)):
+        if not side.complete:
+            term.warning(f"{label} is an interrupted run: the configurations it never reached are missing from it")
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
                           count_threshold=kw["count_threshold"])
+    _warn_missing(cmp, {"base": base_label, "new": new_label}, term)
     if kw["confirm"] and cmp.regressions:
         from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison
 

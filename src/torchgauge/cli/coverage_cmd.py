@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .params import fraction, selected_models
+from .params import SECONDS, fraction, selected_models
 
 
 @click.command("coverage")
@@ -21,7 +21,7 @@ from .params import fraction, selected_models
               help="Coverage the suggested CI subset must reach.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the full JSON here.")
 @click.option("--chart", type=click.Path(dir_okay=False), default=None, help="Per-domain bar chart (.png or .svg).")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds per model and mode.")
+@click.option("--timeout", type=SECONDS, default=300.0, show_default=True, help="Seconds per model and mode.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=min(4, os.cpu_count() or 1), show_default=True,
               help="Models recorded at once (coverage does not time anything, so parallel runs are safe); "
                    "the CPUs are shared out between them.")

@@ -14,8 +14,10 @@ import click
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="History database (default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="With --list: print JSON instead of a table.")
+@click.option("--include-incomplete", is_flag=True,
+              help="latest/previous may name an interrupted run (by default they skip incomplete runs).")
 def export_command(run: str | None, output: str | None, list_runs: bool, machine: str | None, db: str | None,
-                   as_json: bool) -> None:
+                   as_json: bool, include_incomplete: bool) -> None:
     """Write stored RUN (an id, latest or previous) as a results file; --list shows the ids."""
     from dataclasses import asdict
 
@@ -26,17 +28,18 @@ def export_command(run: str | None, output: str | None, list_runs: bool, machine
     if not list_runs and not run:
         raise click.UsageError("give a RUN (an id, latest or previous) or --list")
     try:
-        with Store(db or default_db_path(), create=False) as store:
+        with Store(db or default_db_path(), readonly=True) as store:
             if list_runs:
                 suites = store.suites(machine=machine)
                 if as_json:
                     term.json([asdict(s) for s in suites])
                 else:
-                    term.table(("run", "created", "runs", "torch", "git", "machine", "device", "source"),
+                    term.table(("run", "created", "runs", "torch", "git", "machine", "device", "source", "complete"),
                                [[s.id, s.created_at, s.runs, s.torch_version, (s.torch_git_version or "")[:10],
-                                 s.machine_fingerprint, s.device_name, s.source] for s in suites])
+                                 s.machine_fingerprint, s.device_name, s.source, "yes" if s.complete else "no"]
+                                for s in suites])
                 return
-            results = store.load(store.resolve(run, machine=machine))
+            results = store.load(store.resolve(run, machine=machine, include_incomplete=include_incomplete))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     if output:

@@ -36,7 +36,7 @@ def history_command(**kw: object) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--threshold") from None
     try:
-        with Store(kw["db"] or default_db_path(), create=False) as store:
+        with Store(kw["db"] or default_db_path(), readonly=True) as store:
             points = store.series(str(kw["model"]), mode=kw["mode"], device=kw["device"], precision=kw["precision"],
                                   backend=kw["backend"], machine=kw["machine"])
     except StoreError as exc:

@@ -2,11 +2,61 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import click
 
-__all__ = ["check_device", "fraction", "non_negative", "positive", "selected_models", "split_csv", "threshold"]
+__all__ = ["MEBIBYTES", "PROBABILITY", "SECONDS", "SEED", "Number", "check_device", "fraction", "non_negative",
+           "positive", "selected_models", "split_csv", "threshold"]
+
+
+class Number(click.ParamType):
+    """A finite number in a range; the usage error names the range.
+
+    ``click.FloatRange`` lets ``nan`` through (every comparison with it is false), and
+    ``--timeout nan`` silently switched the timeout off; ``inf`` is refused here too.
+
+    Args:
+        low, high: bounds (None: unbounded on that side).
+        low_open, high_open: exclude the bound itself.
+        unit: what the number is, in the accepted range's wording: "seconds", "MiB", "alpha".
+    """
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                 high_open: bool = False, unit: str = "x") -> None:
+        self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
+
+    def accepted(self) -> str:
+        """The range in words, e.g. ``seconds > 0 (finite)`` or ``0 < alpha < 1``."""
+        lo = "<" if self.low_open else "<="
+        hi = "<" if self.high_open else "<="
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g} {lo} {self.unit} {hi} {self.high:g}"
+        if self.low is not None:
+            return f"{self.unit} {'>' if self.low_open else '>='} {self.low:g} (finite)"
+        if self.high is not None:
+            return f"{self.unit} {hi} {self.high:g} (finite)"
+        return f"{self.unit}: a finite number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; accepted: {self.accepted()}", param, ctx)
+        too_low = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        too_high = self.high is not None and (number >= self.high if self.high_open else number > self.high)
+        if not math.isfinite(number) or too_low or too_high:
+            self.fail(f"{value!r} is out of range; accepted: {self.accepted()}", param, ctx)
+        return number
+
+
+SECONDS = Number(0, low_open=True, unit="seconds")  # --timeout, --budget-s, ...
+MEBIBYTES = Number(0, low_open=True, unit="MiB")  # --memory-limit
+PROBABILITY = Number(0, 1, low_open=True, high_open=True, unit="alpha")  # --alpha
+SEED = click.IntRange(0, 2**63 - 1)  # torch.manual_seed's range (non-negative part)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import warnings
 from pathlib import Path
+from typing import Iterator
 
 import click
 
-from .params import check_device, non_negative, positive, split_csv
+from .params import MEBIBYTES, SECONDS, SEED, check_device, non_negative, positive, split_csv
 
 def _batch_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     if value is None or value == "auto":
@@ -85,10 +89,12 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
               help="Steps the leak metric runs and samples memory after (default 50).")
 @click.option("--instruction-steps", type=int, default=None,
               help="Steps the instructions metric counts under callgrind (default 3).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Results JSON (default: torchgauge-results/run-<time>.json).")
+@click.option("--keep-logs", type=click.Path(file_okay=False), default=None,
+              help="Keep each worker's full stdout/stderr in this directory (default: only the error's last lines).")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")
 @click.option("--model-arg", "model_args", multiple=True, help="Architecture override KEY=VALUE passed to builders.")
@@ -96,7 +102,7 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--domain", multiple=True, help="Only models of this domain (repeatable).")
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable).")
 @click.option("--shard", default=None, help="Run shard i of n of the selected models, e.g. 2/4 (CI sharding).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -105,8 +111,10 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
+    from ..report.escape import terminal_text
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
-    from ..suite import exit_code, plan, run_and_save
+    from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
+    from . import interrupt_exit_code
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -122,29 +130,47 @@ def run_command(**kw: object) -> None:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
     store, suite_id, env = _open_store(kw)
-    with term.progress() as progress:
-        task = progress.add_task("torchgauge", total=len(configs), current="")
+    finished: list = []
+    not_stored: list[str] = []
 
-        def on_result(r) -> None:
-            if store is not None:  # each run in its own transaction: a crash keeps the finished ones
-                store.add_run(suite_id, r)
-            progress.advance(task)
-            progress.console.print(_line(r, result_row), highlight=False)
+    def store_run(r) -> str:
+        """Store one run; a failure (a lock held too long, a damaged file) is a warning."""
+        try:  # each run in its own transaction: a crash keeps the finished ones
+            store.add_run(suite_id, r)
+            return ""
+        except Exception as exc:  # StoreError or worse: the results file still has the run
+            not_stored.append(r.config.label())
+            term.warning(f"{r.config.label()} not stored in {store.path}: {exc}")
+            return "  (not stored)"
 
-        try:
+    try:
+        with term.progress() as progress, _warnings_to(term):
+            task = progress.add_task("torchgauge", total=len(configs), current="")
+
+            def on_result(r) -> None:
+                finished.append(r)
+                mark = store_run(r) if store is not None else ""
+                progress.advance(task)
+                progress.console.print(terminal_text(_line(r, result_row)) + mark, highlight=False, markup=False, soft_wrap=True)
+
             results = run_and_save(
                 configs,
                 runner_options,
                 output,
                 env=env,
-                on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode}"),
+                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
                 on_result=on_result,
             )
-        finally:
-            if store is not None:
-                store.close()
-    if store is not None:
-        term.info(f"stored as run {suite_id} in {store.path}")
+        if store is not None:
+            _finish_stored(store, suite_id, not_stored, term)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what was kept
+        code = interrupt_exit_code(exc)
+        term.error(_saved_message(f"interrupted by {signal.Signals(code - 128).name}", len(finished), len(configs),
+                                  output, store, suite_id, not_stored))
+        raise click.exceptions.Exit(code) from None
+    finally:
+        if store is not None:
+            store.close()
     if kw["as_json"]:
         term.json(results.to_dict())
     else:
@@ -157,8 +183,43 @@ def run_command(**kw: object) -> None:
         paths = write_performance_csv(kw["csv_path"], suite_performance_rows(results.runs))
         term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
     code = exit_code(results.runs)
+    if code == DEVICE_MISSING_EXIT_CODE:
+        skipped = next(r for r in results.runs if r.status == "skipped")
+        term.error(f"no run was measured: {skipped.error}; "
+                   f"failing (exit {code}) so that a job on the wrong machine does not pass")
     if code:
         raise click.exceptions.Exit(code)
+
+
+@contextlib.contextmanager
+def _warnings_to(term) -> Iterator[None]:
+    """Show Python warnings (e.g. the runner's "reporting a run failed") as warning lines."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RuntimeWarning)
+        warnings.showwarning = lambda message, *args, **kwargs: term.warning(str(message))
+        yield
+
+
+def _finish_stored(store, suite_id: int, not_stored: list[str], term) -> None:
+    """Mark the stored suite complete and say where it is (or what it lacks)."""
+    from ..results.store import StoreError
+
+    try:
+        store.finish_suite(suite_id)
+    except StoreError as exc:
+        term.warning(f"run {suite_id} in {store.path} stays marked incomplete: {exc}")
+    missing = f"; {len(not_stored)} run(s) not stored: {', '.join(not_stored)}" if not_stored else ""
+    (term.warning if not_stored else term.info)(f"stored as run {suite_id} in {store.path}{missing}")
+
+
+def _saved_message(what: str, finished: int, total: int, output: Path, store, suite_id: int | None,
+                   not_stored: list[str]) -> str:
+    """What an interrupted run kept: ``interrupted by SIGINT: 3 of 10 runs finished, saved in ...``."""
+    parts = [f"{what}: {finished} of {total} run(s) finished and saved in {output} (marked incomplete)"]
+    if store is not None:
+        stored = finished - len(not_stored)
+        parts.append(f"{stored} stored as incomplete run {suite_id} in {store.path}")
+    return "; ".join(parts)
 
 
 def _open_store(kw: dict) -> tuple:
@@ -273,6 +334,7 @@ def _parse(kw: dict) -> tuple:
         memory_limit_mb=kw["memory_limit"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         isolate=not kw["in_process"],
+        log_dir=str(Path(kw["keep_logs"]).resolve()) if kw["keep_logs"] else None,
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
     return request, runner_options, output

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .params import check_device, non_negative, positive, split_csv
+from .params import SECONDS, check_device, non_negative, positive, split_csv
 
 
 @click.command("scale")
@@ -21,7 +21,7 @@ from .params import check_device, non_negative, positive, split_csv
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative)
 @click.option("--metrics", default="time,memory", show_default=True,
               help="Metrics per point; add 'flops' to fit FLOPs too (when that metric is available).")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per point.")
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per point.")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False), default=None,
               help="Raw runs, saved as each point finishes (default: torchgauge-results/scale-<time>.json).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Fits and points as JSON.")

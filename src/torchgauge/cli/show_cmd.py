@@ -24,7 +24,8 @@ def show_command(*, results_file: str, as_json: bool) -> None:
         return
     env = results.env
     term.info(
-        f"torch {env.get('torch_version')} ({env.get('torch_git_version', '')[:10]}) | "
+        f"torch {env.get('torch_version')} ({str(env.get('torch_git_version') or '')[:10]}) | "
         f"{env.get('cpu_model')} x{env.get('cpu_count')} | GPU {env.get('gpu_name') or 'none'} | {results.created_at}"
+        + ("" if results.complete else " | INCOMPLETE: the run was interrupted")
     )
     term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)

@@ -1,7 +1,14 @@
 """All CLI output goes through :class:`Terminal` (hatch's pattern): tables, messages, progress.
 
 Data (tables, JSON) goes to stdout; messages and progress go to stderr, so
-``torchgauge run ... --json > out.json`` stays clean.
+``torchgauge run ... --json > out.json`` stays clean. Messages are never hard-wrapped:
+one message is one line in a CI log, whatever the width.
+
+No text is ever parsed as rich markup: model names, errors, paths and hostnames come from
+model files and results files, and ``[/data/shard-0]`` in an error must print as itself
+(parsed, it raised a MarkupError that stopped the suite). Styles are applied as
+:class:`rich.text.Text` spans, never by embedding ``[tags]`` in strings, and control
+characters (ANSI escape sequences) are shown, not sent (``report.escape.terminal_text``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ from typing import Any, Iterable, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
+
+from ..report.escape import terminal_text
 
 __all__ = ["Terminal"]
 
@@ -34,16 +44,16 @@ class Terminal:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(message, highlight=False)
+            self.err.print(Text(terminal_text(message)), highlight=False, soft_wrap=True)
 
     def success(self, message: str) -> None:
-        self.err.print(f"[green]{message}[/green]", highlight=False)
+        self.err.print(Text(terminal_text(message), style="green"), highlight=False, soft_wrap=True)
 
     def warning(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+        self.err.print(Text.assemble(("warning:", "yellow"), " ", terminal_text(message)), highlight=False, soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.err.print(f"[red]error:[/red] {message}", highlight=False)
+        self.err.print(Text.assemble(("error:", "red"), " ", terminal_text(message)), highlight=False, soft_wrap=True)
 
     def json(self, obj: Any) -> None:
         self.out.file.write(json.dumps(obj, indent=1, default=str) + "\n")
@@ -53,22 +63,22 @@ class Terminal:
 
     def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
               justify: Sequence[str] | None = None) -> None:
-        tbl = Table(title=title, header_style="bold", show_lines=False)
+        tbl = Table(title=None if title is None else Text(terminal_text(title)), header_style="bold", show_lines=False)
         for i, col in enumerate(columns):
-            tbl.add_column(col, justify=(justify[i] if justify else "left"), overflow="fold")
+            tbl.add_column(Text(terminal_text(col)), justify=(justify[i] if justify else "left"), overflow="fold")
         for row in rows:
             tbl.add_row(*[self._cell(v) for v in row])
         self.out.print(tbl)
 
     @staticmethod
-    def _cell(value: Any) -> str:
+    def _cell(value: Any) -> Text:
         if value is None:
-            return "-"
+            return Text("-")
         if isinstance(value, float):
-            return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
-        if isinstance(value, str) and value in STATUS_STYLES:
-            return f"[{STATUS_STYLES[value]}]{value}[/{STATUS_STYLES[value]}]"
-        return str(value)
+            return Text(f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}")
+        text = terminal_text(value)
+        status = text.split(":", 1)[0]  # "error: <the error line>" is styled by its status
+        return Text(text, style=STATUS_STYLES.get(status, ""))
 
     def progress(self) -> Progress:
         """A progress bar on stderr (disabled when quiet)."""
@@ -77,7 +87,7 @@ class Terminal:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[current]}"),
+            TextColumn("{task.fields[current]}", markup=False),  # model names are not markup
             console=self.err,
             disable=self.quiet,
             transient=False,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .params import check_device, non_negative, positive, selected_models
+from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
 
 
 def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -15,18 +15,12 @@ def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
     return value
 
 
-def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    if value is not None and not value > 0:
-        raise click.BadParameter(f"{value} is out of range; accepted: seconds > 0")
-    return value
-
-
 @click.command("tune-batch")
 @click.argument("patterns", nargs=-1, required=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
 @click.option("--max-batch", type=int, default=None, callback=positive,
               help="Largest batch size tried [default: tune_batch.DEFAULT_MAX_BATCH].")
-@click.option("--budget-s", type=float, default=None, callback=_budget,
+@click.option("--budget-s", type=SECONDS, default=None,
               help="Seconds of search per model [default: tune_batch.DEFAULT_BUDGET_S].")
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per size.")
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first.")
@@ -36,8 +30,8 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float | None) -> 
 @click.option("--store", type=click.Path(dir_okay=False), default=None,
               help="Batch-size store file [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
 @click.option("--no-save", is_flag=True, help="Print the curves without writing the store.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per size at most.")
-@click.option("--memory-limit", type=float, default=None,
+@click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per size at most.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None,
               help="MiB of resident memory per worker before status oom (the CPU's out-of-memory point).")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")

@@ -12,6 +12,7 @@ import json
 from typing import Any, Iterable
 
 from ..compare.regression import Comparison, Finding, StatusChange
+from .escape import markdown_code, markdown_text
 
 __all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "format_value", "render_markdown"]
 
@@ -57,9 +58,10 @@ def finding_rows(findings: Iterable[Finding]) -> list[list[str]]:
 
 
 def _table(columns: Iterable[str], rows: list[list[str]]) -> list[str]:
-    cols = list(columns)
+    # every cell is escaped: model names, errors, labels and env values come from files
+    cols = [markdown_text(c) for c in columns]
     out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    out += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    out += ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in rows]
     return out
 
 
@@ -72,9 +74,10 @@ def _ops_lines(findings: Iterable[Finding]) -> list[str]:
     for f in findings:
         ops = f.detail.get("ops") if f.metric == "op_counts" else None
         if ops:
-            shown = [f"`{op}` {v['base']} -> {v['new']}" for op, v in list(ops.items())[:MAX_OPS_SHOWN]]
+            shown = [f"{markdown_code(op)} {markdown_text(v.get('base'))} -> {markdown_text(v.get('new'))}"
+                     for op, v in list(ops.items())[:MAX_OPS_SHOWN]]
             more = f" and {len(ops) - MAX_OPS_SHOWN} more" if len(ops) > MAX_OPS_SHOWN else ""
-            out.append(f"- `{f.config.model}` {_config(f)}: " + ", ".join(shown) + more)
+            out.append(f"- {markdown_code(f.config.model)} {markdown_text(_config(f))}: " + ", ".join(shown) + more)
     return out
 
 
@@ -88,7 +91,7 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
     n_reg, n_imp = len(cmp.regressions), len(cmp.improvements)
     verdict = "regressions found" if n_reg else "no regression"
     lines = [
-        f"# torchgauge: {verdict} ({new_label} vs {base_label})",
+        f"# torchgauge: {verdict} ({markdown_text(new_label)} vs {markdown_text(base_label)})",
         "",
         f"**{n_reg} regression(s), {n_imp} improvement(s), {len(cmp.new_failures)} new failure(s), "
         f"{len(cmp.fixes)} fix(es)** across {cmp.compared} compared configuration(s); "
@@ -96,6 +99,12 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
         "",
     ]
+    missing = {label: sum(1 for u in cmp.unmatched if u.reason == "missing" and u.side == side)
+               for side, label in (("base", base_label), ("new", new_label))}
+    for label, count in missing.items():
+        if count:  # a partial run: say so up front, not only inside "Not compared"
+            lines += [f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; "
+                      "see below).", ""]
     for title, findings in (("Regressions", cmp.regressions), ("Improvements", cmp.improvements)):
         lines.append(f"## {title}")
         lines.append("")

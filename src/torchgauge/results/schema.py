@@ -42,6 +42,7 @@ __all__ = [
     "RunConfig",
     "RunRecord",
     "ResultsFile",
+    "ResultsWriteError",
     "SchemaError",
     "load_results",
     "migrate",
@@ -60,6 +61,76 @@ DEFAULT_METRICS = ("time", "memory")
 
 class SchemaError(ValueError):
     """A results document does not follow the schema."""
+
+
+# Metric values that compare, history and the store read as numbers: (path in metrics).
+# A results file from elsewhere is checked against them on load, so a string where a
+# number belongs is a one-line SchemaError rather than a TypeError deep in the statistics.
+NUMERIC_METRIC_PATHS = (
+    ("time_ms", "median"), ("time_ms", "min"), ("time_ms", "max"), ("time_ms", "iqr"), ("time_ms", "q1"),
+    ("time_ms", "q3"), ("time_ms", "ci_low"), ("time_ms", "ci_high"), ("cpu_peak_mb",), ("cpu_delta_mb",),
+    ("gpu_peak_mb",), ("instructions", "per_step"), ("op_counts", "total"), ("flops", "total"),
+    ("flops", "tflops"), ("compile", "compile_s"),
+)
+_SAMPLE_LISTS = (("time_ms", "samples"), ("time_ms", "warmup_samples"))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _expect(doc: Mapping[str, Any], key: str, check: Any, accepted: str, where: str) -> None:
+    if key in doc and not check(doc[key]):
+        raise SchemaError(f"{where}: field {key!r} is {type(doc[key]).__name__} {_short(doc[key])}; accepted: {accepted}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
+    for path in (*NUMERIC_METRIC_PATHS, *_SAMPLE_LISTS):
+        node: Any = metrics
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is None:
+            continue
+        name = ".".join(path)
+        if not isinstance(node, Mapping):
+            raise SchemaError(f"{where}: metrics.{'.'.join(path[:-1])} is {type(node).__name__}; accepted: an object")
+        value = node.get(path[-1])
+        if path in _SAMPLE_LISTS:
+            if value is not None and not (isinstance(value, list) and all(v is None or _is_number(v) for v in value)):
+                raise SchemaError(f"{where}: metrics.{name} is not a list of numbers")
+        elif value is not None and not _is_number(value):
+            raise SchemaError(f"{where}: metrics.{name} is {type(value).__name__} {_short(value)}; accepted: a number or null")
+
+
+def _check_run(doc: Any, where: str) -> None:
+    """Types of a run record's fields (see docs/results-schema.md); SchemaError names the field."""
+    if not isinstance(doc, Mapping):
+        raise SchemaError(f"{where} is {type(doc).__name__} {_short(doc)}; accepted: an object")
+    is_str = lambda v: isinstance(v, str)  # noqa: E731
+    opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
+    opt_int = lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))  # noqa: E731
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    for key in ("model", "mode", "device", "status", "precision", "backend", "size"):
+        _expect(doc, key, is_str, "a string", where)
+    for key in ("domain", "error", "started_at"):
+        _expect(doc, key, opt_str, "a string or null", where)
+    for key in ("batch_size", "requested_batch_size"):
+        _expect(doc, key, opt_int, "an integer or null", where)
+    for key in ("repeat", "warmup", "seed"):
+        _expect(doc, key, is_int, "an integer", where)
+    _expect(doc, "wall_s", lambda v: v is None or _is_number(v), "a number", where)
+    for key in ("metrics", "env"):
+        _expect(doc, key, lambda v: v is None or isinstance(v, Mapping), "an object or null", where)
+    for key in ("options", "model_kwargs"):
+        _expect(doc, key, lambda v: isinstance(v, Mapping), "an object", where)
+    _expect(doc, "requested_metrics", lambda v: isinstance(v, list) and all(isinstance(m, str) for m in v),
+            "a list of strings", where)
+    _check_metrics(doc.get("metrics") or {}, where)
 
 
 @dataclass(frozen=True)
@@ -159,7 +230,8 @@ class RunRecord:
         return doc
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "RunRecord":
+    def from_dict(cls, doc: Mapping[str, Any], *, where: str = "run record") -> "RunRecord":
+        _check_run(doc, where)
         missing = [k for k in ("model", "mode", "device", "status") if k not in doc]
         if missing:
             raise SchemaError(f"run record lacks required field(s): {', '.join(missing)}")
@@ -175,7 +247,7 @@ class RunRecord:
             metrics=dict(doc.get("metrics") or {}),
             batch_size=doc.get("batch_size"),
             started_at=doc.get("started_at", ""),
-            wall_s=float(doc.get("wall_s", 0.0)),
+            wall_s=float(doc.get("wall_s") or 0.0),
             env=doc.get("env"),
         )
 
@@ -193,30 +265,44 @@ class ResultsFile:
     created_at: str = field(default_factory=_now)
     torchgauge_version: str = ""
     schema_version: int = SCHEMA_VERSION
+    complete: bool = True  # False while the run is going on, and for good if it was interrupted
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
             "torchgauge_version": self.torchgauge_version,
             "created_at": self.created_at,
+            "complete": self.complete,
             "env": self.env,
             "runs": [r.to_dict() for r in self.runs],
         }
 
     def to_json(self) -> str:
-        return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False)
+        # default=str: a value json cannot encode (a numpy scalar a harness let through) must
+        # not make every later rewrite of the file fail
+        return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False, default=str)
 
     def write(self, path: str | os.PathLike) -> None:
-        """Write atomically (temp file + rename): a crash never leaves a truncated file."""
+        """Write atomically (temp file + rename): a crash never leaves a truncated file.
+
+        Raises:
+            ResultsWriteError: the file cannot be written (an OSError naming the path).
+        """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        except OSError as exc:
+            raise ResultsWriteError(exc.errno, f"cannot write results file {path}: {exc.strerror or exc}") from None
         try:
             with os.fdopen(fd, "w") as fh:
                 fh.write(self.to_json())
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        except OSError as exc:  # disk full, a folder where the file should be, ...
+            Path(tmp).unlink(missing_ok=True)
+            raise ResultsWriteError(exc.errno, f"cannot write results file {path}: {exc.strerror or exc}") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -226,17 +312,30 @@ class ResultsFile:
         doc = migrate(doc)
         if not isinstance(doc.get("runs"), list):
             raise SchemaError("results document lacks a 'runs' list")
+        where = "results document"
+        _expect(doc, "env", lambda v: v is None or isinstance(v, Mapping), "an object", where)
+        for key in ("created_at", "torchgauge_version"):
+            _expect(doc, key, lambda v: v is None or isinstance(v, str), "a string", where)
+        _expect(doc, "complete", lambda v: isinstance(v, bool), "true or false", where)
         return cls(
             env=dict(doc.get("env") or {}),
-            runs=[RunRecord.from_dict(r) for r in doc["runs"]],
-            created_at=doc.get("created_at", ""),
-            torchgauge_version=doc.get("torchgauge_version", ""),
+            runs=[RunRecord.from_dict(r, where=f"runs[{i}]") for i, r in enumerate(doc["runs"])],
+            created_at=doc.get("created_at") or "",
+            torchgauge_version=doc.get("torchgauge_version") or "",
             schema_version=SCHEMA_VERSION,
+            complete=doc.get("complete", True),
         )
 
     def select(self, *, statuses: Iterable[str] | None = None) -> list[RunRecord]:
         wanted = set(statuses) if statuses else None
         return [r for r in self.runs if wanted is None or r.status in wanted]
+
+
+class ResultsWriteError(OSError):
+    """A results file cannot be written; ``str()`` is one line naming the path."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def _json_safe(obj: Any) -> Any:
@@ -282,11 +381,20 @@ def load_results(path: str | os.PathLike) -> ResultsFile:
     """Read and validate a results JSON file (older schema versions are migrated)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SchemaError(f"results file not found: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path} is not UTF-8 text (byte {exc.start}): not a results file") from None
+    except OSError as exc:
+        raise SchemaError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path} is not valid JSON: {exc}") from None
-    return ResultsFile.from_dict(doc)
+    except RecursionError:
+        raise SchemaError(f"{path} nests too deeply to be a results file") from None
+    try:
+        return ResultsFile.from_dict(doc)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None

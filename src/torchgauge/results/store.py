@@ -5,8 +5,9 @@ Layout (``STORE_SCHEMA_VERSION``)::
     meta(key, value)                       -- "schema_version"
     environments(id, env_hash UNIQUE, torch_version, torch_git_version,
                  machine_fingerprint, device_name, env_json)
-    suites(id, created_at, torchgauge_version, env_id, source)
-                                           -- one `torchgauge run` (or import): a "run id"
+    suites(id, created_at, torchgauge_version, env_id, source, completed_at)
+                                           -- one `torchgauge run` (or import): a "run id";
+                                           -- completed_at NULL: interrupted (incomplete)
     runs(id, suite_id, env_id, model, domain, mode, device, precision, backend,
          batch_size, requested_batch_size, size, repeat, warmup, seed, status, error,
          started_at, wall_s, requested_metrics_json, options_json, model_kwargs_json,
@@ -15,7 +16,11 @@ Layout (``STORE_SCHEMA_VERSION``)::
 
 The database runs in WAL mode and every :meth:`Store.add_run` is its own transaction, so a
 writer killed at any point loses at most the run it was writing (tests/results/test_store.py
-kills one with SIGKILL). Several readers and one writer may use the file at once.
+kills one with SIGKILL). Several readers and one writer may use the file at once. A suite
+is marked complete (:meth:`Store.finish_suite`) only when its command ran to the end;
+``latest``/``previous`` skip incomplete suites unless asked. Readers open the file
+read-only (``readonly=True``): they never create, migrate or otherwise alter it. Every
+SQLite failure (a lock held past ``lock_wait_s``, damaged pages) is a :class:`StoreError`.
 
 Example:
     >>> with Store(tmp / "history.sqlite") as store:  # doctest: +SKIP
@@ -28,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
@@ -46,15 +52,17 @@ __all__ = [
     "SeriesPoint",
     "Store",
     "StoreError",
+    "StoreLockedError",
     "SuiteInfo",
     "default_db_path",
     "metric_value",
 ]
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2  # 2: suites.completed_at
 # Environment variable naming the database (overrides the XDG default).
 DB_ENV_VAR = "TORCHGAUGE_DB"
-# Seconds a writer waits for another writer's lock before failing.
+# Seconds a writer waits (SQLite retries with a growing backoff) for another writer's lock
+# before StoreLockedError: `run` then marks the run "not stored" and goes on.
 BUSY_TIMEOUT_S = 30.0
 # metric name accepted by `history --metric` -> path of its scalar in RunRecord.metrics
 METRIC_PATHS: dict[str, tuple[str, ...]] = {
@@ -85,7 +93,8 @@ CREATE TABLE IF NOT EXISTS suites (
     created_at TEXT NOT NULL,
     torchgauge_version TEXT,
     env_id INTEGER NOT NULL REFERENCES environments(id),
-    source TEXT NOT NULL
+    source TEXT NOT NULL,
+    completed_at TEXT
 );
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
@@ -105,7 +114,29 @@ CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite_id);
 
 
 class StoreError(ValueError):
-    """The database cannot be used as asked (missing, newer schema, unknown run id)."""
+    """The database cannot be used as asked (missing, damaged, newer schema, unknown run id)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process held the database's write lock for longer than ``lock_wait_s``."""
+
+
+def _sqlite_errors(method):
+    """Turn SQLite's exceptions (locks, damaged pages, garbage rows) into StoreError."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreLockedError(f"{self.path} stayed locked by another process for more than "
+                                       f"{self.lock_wait_s:g} s") from None
+            raise StoreError(f"{self.path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a torchgauge history database, or is damaged: {exc}") from None
+
+    return wrapper
 
 
 def default_db_path() -> Path:
@@ -149,6 +180,7 @@ class SuiteInfo:
     torch_git_version: str | None
     machine_fingerprint: str | None
     device_name: str | None
+    complete: bool = True  # False: the command storing it was interrupted
 
 
 @dataclass(frozen=True)
@@ -181,23 +213,36 @@ class Store:
     Args:
         path: database file; parent directories are created.
         create: False to refuse a missing file (readers) instead of creating an empty one.
+        readonly: open for reading only (``history``, ``compare``, ``export``): a missing
+            file is refused and nothing is ever written, not even a schema into an empty file.
+        lock_wait_s: how long a write waits for another writer's lock before StoreLockedError
+            (default BUSY_TIMEOUT_S).
     """
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False,
+                 lock_wait_s: float | None = None) -> None:
         self.path = Path(path).expanduser()
+        self.readonly = readonly
+        self.lock_wait_s = BUSY_TIMEOUT_S if lock_wait_s is None else lock_wait_s
         if not self.path.exists():
-            if not create:
+            if not create or readonly:
                 raise StoreError(f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        self._open()
+
+    @_sqlite_errors
+    def _open(self) -> None:
+        if self.readonly:
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            self._conn = sqlite3.connect(uri, uri=True, timeout=self.lock_wait_s, isolation_level=None)
+            self._check_schema()
+        else:
             # isolation_level=None: no implicit transactions; each write opens its own below.
-            self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._conn = sqlite3.connect(str(self.path), timeout=self.lock_wait_s, isolation_level=None)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # WAL + FULL: a commit survives power loss too
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._init_schema()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a torchgauge history database: {exc}") from None
 
     def __enter__(self) -> "Store":
         return self
@@ -212,17 +257,42 @@ class Store:
         return _Tx(self._conn)
 
     def _init_schema(self) -> None:
+        self._has_completed_at = True
         with self._transaction():
             for statement in filter(str.strip, _DDL.split(";")):
                 self._conn.execute(statement)
             row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
                 self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(STORE_SCHEMA_VERSION),))
-            elif int(row[0]) > STORE_SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has store schema {row[0]}, newer than this torchgauge "
-                                 f"supports ({STORE_SCHEMA_VERSION}); upgrade torchgauge")
+                return
+            version = self._version(row[0])
+            if version < 2:  # suites.completed_at; every suite stored before it counts as complete
+                self._conn.execute("ALTER TABLE suites ADD COLUMN completed_at TEXT")
+                self._conn.execute("UPDATE suites SET completed_at = created_at")
+                self._conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+
+    def _check_schema(self) -> None:
+        """Read-only open: the file must already be a torchgauge database this version reads."""
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a torchgauge history database: {exc}") from None
+        if row is None:
+            raise StoreError(f"{self.path} is not a torchgauge history database: no schema version")
+        self._has_completed_at = self._version(row[0]) >= 2
+
+    def _version(self, text: str) -> int:
+        try:
+            version = int(text)
+        except ValueError:
+            raise StoreError(f"{self.path} is not a torchgauge history database: schema version {text!r}") from None
+        if version > STORE_SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has store schema {version}, newer than this torchgauge "
+                             f"supports ({STORE_SCHEMA_VERSION}); upgrade torchgauge")
+        return version
 
     @property
+    @_sqlite_errors
     def schema_version(self) -> int:
         return int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
 
@@ -242,9 +312,10 @@ class Store:
         )
         return int(cur.lastrowid)
 
+    @_sqlite_errors
     def begin_suite(self, env: Mapping[str, Any], *, source: str = "run", torchgauge_version: str = "",
                     created_at: str | None = None) -> int:
-        """Record a new suite (before its runs) and return its id, the "run id" users see."""
+        """Record a new, incomplete suite (before its runs) and return its id, the "run id" users see."""
         with self._transaction():
             env_id = self._env_id(env)
             cur = self._conn.execute(
@@ -253,6 +324,13 @@ class Store:
             )
             return int(cur.lastrowid)
 
+    @_sqlite_errors
+    def finish_suite(self, suite_id: int) -> None:
+        """Mark a suite complete: its command ran to the end (an interrupted one stays incomplete)."""
+        with self._transaction():
+            self._conn.execute("UPDATE suites SET completed_at = ? WHERE id = ?", (_now(), suite_id))
+
+    @_sqlite_errors
     def add_run(self, suite_id: int, record: RunRecord) -> int:
         """Insert one record in its own transaction; returns its row id."""
         with self._transaction():
@@ -282,13 +360,18 @@ class Store:
         )
         return int(cur.lastrowid)
 
+    @_sqlite_errors
     def save(self, results: ResultsFile, *, source: str = "import") -> int:
-        """Store a whole results file atomically (one transaction); returns the new run id."""
+        """Store a whole results file atomically (one transaction); returns the new run id.
+
+        The suite is complete unless the file says its run was interrupted (``complete``).
+        """
         with self._transaction():
             env_id = self._env_id(results.env)
             cur = self._conn.execute(
-                "INSERT INTO suites (created_at, torchgauge_version, env_id, source) VALUES (?, ?, ?, ?)",
-                (results.created_at or _now(), results.torchgauge_version, env_id, source),
+                "INSERT INTO suites (created_at, torchgauge_version, env_id, source, completed_at) VALUES (?, ?, ?, ?, ?)",
+                (results.created_at or _now(), results.torchgauge_version, env_id, source,
+                 _now() if results.complete else None),
             )
             suite_id = int(cur.lastrowid)
             for record in results.runs:
@@ -297,30 +380,37 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------
 
+    @_sqlite_errors
     def suites(self, *, machine: str | None = None) -> list[SuiteInfo]:
         """Stored suites, oldest first; ``machine`` restricts to one machine fingerprint."""
+        complete = "s.completed_at IS NOT NULL" if self._has_completed_at else "1"
         sql = ("SELECT s.id, s.created_at, s.source, (SELECT COUNT(*) FROM runs r WHERE r.suite_id = s.id),"
-               " e.torch_version, e.torch_git_version, e.machine_fingerprint, e.device_name"
+               f" e.torch_version, e.torch_git_version, e.machine_fingerprint, e.device_name, {complete}"
                " FROM suites s JOIN environments e ON e.id = s.env_id")
         args: tuple = ()
         if machine:
             sql += " WHERE e.machine_fingerprint = ?"
             args = (machine,)
-        return [SuiteInfo(*row) for row in self._conn.execute(sql + " ORDER BY s.id", args)]
+        return [SuiteInfo(*row[:8], complete=bool(row[8])) for row in self._conn.execute(sql + " ORDER BY s.id", args)]
 
-    def latest_ids(self, *, machine: str | None = None, count: int = 2) -> list[int]:
-        """Ids of the ``count`` newest suites holding at least one run (newest first)."""
-        ids = [s.id for s in self.suites(machine=machine) if s.runs]
+    def latest_ids(self, *, machine: str | None = None, count: int = 2, include_incomplete: bool = False) -> list[int]:
+        """Ids of the ``count`` newest suites holding at least one run (newest first).
+
+        Interrupted suites are skipped unless ``include_incomplete``.
+        """
+        ids = [s.id for s in self.suites(machine=machine) if s.runs and (s.complete or include_incomplete)]
         return ids[::-1][:count]
 
-    def resolve(self, ref: str, *, machine: str | None = None) -> int:
+    @_sqlite_errors
+    def resolve(self, ref: str, *, machine: str | None = None, include_incomplete: bool = False) -> int:
         """A run id from ``"latest"``, ``"previous"`` or a number; raises StoreError if absent."""
         if ref in ("latest", "previous"):
-            ids = self.latest_ids(machine=machine, count=2)
+            ids = self.latest_ids(machine=machine, count=2, include_incomplete=include_incomplete)
             pos = 0 if ref == "latest" else 1
             if len(ids) <= pos:
                 where = f" for machine {machine}" if machine else ""
-                raise StoreError(f"no {ref} run{where} in {self.path} ({len(ids)} stored)")
+                skipped = "" if include_incomplete else "; interrupted runs are skipped unless --include-incomplete"
+                raise StoreError(f"no {ref} run{where} in {self.path} ({len(ids)} stored{skipped})")
             return ids[pos]
         try:
             suite_id = int(ref)
@@ -330,17 +420,31 @@ class Store:
             raise StoreError(f"no stored run {suite_id} in {self.path}")
         return suite_id
 
+    @_sqlite_errors
     def load(self, suite_id: int) -> ResultsFile:
         """A stored suite as a ResultsFile (runs whose environment differs carry their own env)."""
+        complete = "s.completed_at IS NOT NULL" if self._has_completed_at else "1"
         row = self._conn.execute(
-            "SELECT s.created_at, s.torchgauge_version, s.env_id, e.env_json FROM suites s"
+            f"SELECT s.created_at, s.torchgauge_version, s.env_id, e.env_json, {complete} FROM suites s"
             " JOIN environments e ON e.id = s.env_id WHERE s.id = ?", (suite_id,)).fetchone()
         if row is None:
             raise StoreError(f"no stored run {suite_id} in {self.path}")
-        created_at, version, env_id, env_json = row
+        created_at, version, env_id, env_json, done = row
         runs = [self._record(r, suite_env_id=env_id) for r in self._runs("WHERE r.suite_id = ?", (suite_id,))]
-        return ResultsFile(env=json.loads(env_json), runs=runs, created_at=created_at, torchgauge_version=version or "")
+        return ResultsFile(env=self._json(env_json, dict, f"run {suite_id}'s environment"), runs=runs,
+                           created_at=created_at, torchgauge_version=version or "", complete=bool(done))
 
+    def _json(self, text: Any, kind: type, what: str) -> Any:
+        """A JSON column's value of the expected type; garbage is a StoreError naming the row."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = None
+        if not isinstance(value, kind):
+            raise StoreError(f"{self.path}: {what} is not valid JSON of type {kind.__name__}")
+        return value
+
+    @_sqlite_errors
     def series(self, model: str, *, mode: str | None = None, device: str | None = None, precision: str | None = None,
                backend: str | None = None, machine: str | None = None) -> list[SeriesPoint]:
         """Every stored run of ``model`` (optionally one mode/device/...), oldest first."""
@@ -365,8 +469,16 @@ class Store:
             " e.machine_fingerprint, e.env_json FROM runs r JOIN suites s ON s.id = r.suite_id"
             f" JOIN environments e ON e.id = r.env_id {where} ORDER BY r.suite_id, r.id", args).fetchall()
 
+    def _record(self, row: sqlite3.Row, *, suite_env_id: int | None) -> RunRecord:
+        try:
+            return self._decode_record(row, suite_env_id=suite_env_id)
+        except SchemaError as exc:  # a status written by a newer torchgauge
+            raise StoreError(f"stored run {row['id']}: {exc}") from None
+        except (TypeError, ValueError, AttributeError) as exc:  # garbage in a column
+            raise StoreError(f"{self.path}: stored run {row['id']} is damaged: {type(exc).__name__}: {exc}") from None
+
     @staticmethod
-    def _record(row: sqlite3.Row, *, suite_env_id: int | None) -> RunRecord:
+    def _decode_record(row: sqlite3.Row, *, suite_env_id: int | None) -> RunRecord:
         metrics = json.loads(row["metrics_json"])
         samples = json.loads(row["samples_json"])
         if samples:
@@ -381,14 +493,11 @@ class Store:
             options=json.loads(row["options_json"] or "{}"),
             model_kwargs=json.loads(row["model_kwargs_json"] or "{}"),
         )
-        try:
-            return RunRecord(
-                config=config, status=row["status"], domain=row["domain"] or "", error=row["error"], metrics=metrics,
-                batch_size=row["batch_size"], started_at=row["started_at"] or "", wall_s=row["wall_s"] or 0.0,
-                env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
-            )
-        except SchemaError as exc:  # a status written by a newer torchgauge
-            raise StoreError(f"stored run {row['id']}: {exc}") from None
+        return RunRecord(
+            config=config, status=row["status"], domain=row["domain"] or "", error=row["error"], metrics=metrics,
+            batch_size=row["batch_size"], started_at=row["started_at"] or "", wall_s=row["wall_s"] or 0.0,
+            env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
+        )
 
 
 class _Tx:

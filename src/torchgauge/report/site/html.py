@@ -9,12 +9,12 @@ ever sets ``textContent`` and hands plotly text through its own escaper, so a mo
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from typing import Any, Iterable, Sequence
 
 from ...results.store import SuiteInfo
+from ..escape import html_text
 from .data import ENV_FIELDS, METRIC_UNITS, IndexRow, LatestRun, ModelHistory, model_slug
 
 __all__ = ["escape_html", "index_page", "model_page", "figures_page", "page", "script_json"]
@@ -27,8 +27,8 @@ _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u
 
 
 def escape_html(value: Any) -> str:
-    """``value`` as text safe inside HTML elements and quoted attributes (``&<>"'`` escaped)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """``value`` as text safe inside HTML elements and quoted attributes (``&<>"'`` escaped); None is empty."""
+    return "" if value is None else html_text(value)
 
 
 def _finite(obj: Any) -> Any:

@@ -72,6 +72,12 @@ class RunnerOptions:
     # count shared out between the jobs (two workers of 2 threads on 2 cores spin against
     # each other: OpenMP oversubscription made parallel smoke runs several times slower).
     threads_per_worker: int | None = None
+    # CPU ids the worker is pinned to (os.sched_setaffinity); empty: not pinned. Executors that
+    # share a machine between several runners (executors/ray_cluster.py) claim cores for it.
+    cpu_affinity: tuple[int, ...] = ()
+    # Environment variables set in the worker before the run (e.g. CUDA_VISIBLE_DEVICES for the
+    # GPU a cluster assigned): workers fork from a long-lived forkserver, not from the caller.
+    worker_env: tuple[tuple[str, str], ...] = ()
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -172,12 +178,16 @@ def worker_threads(options: RunnerOptions) -> int | None:
     return None
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None) -> None:
+def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None,
+                 cpu_affinity: tuple[int, ...] = (), worker_env: tuple[tuple[str, str], ...] = ()) -> None:
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     try:
+        os.environ.update(dict(worker_env))
+        if cpu_affinity:
+            os.sched_setaffinity(0, cpu_affinity)
         from .registry import load_model_file
 
         if threads is not None:
@@ -246,7 +256,8 @@ class _Worker:
         self.options = options
         self.log_path = log_path
         self.recv, send = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options)),
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options),
+                                                                 options.cpu_affinity, options.worker_env),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()

@@ -124,17 +124,19 @@ def run_and_save(
     env: dict[str, Any] | None = None,
     on_result: Callable[[RunRecord], None] | None = None,
     on_start: Callable[[RunConfig], None] | None = None,
+    executor: Any = None,
 ) -> ResultsFile:
     """Run the configs in isolated workers, rewriting ``output`` after every finished run.
 
     The file is replaced atomically each time, so a crash or Ctrl-C leaves every run that
-    finished before it on disk.
+    finished before it on disk. ``executor`` (``torchgauge.executors``) says where the runs
+    execute: this machine (the default) or a Ray cluster; ``env`` defaults to its environment.
     """
     from . import __version__
-    from .harness.env import collect_env
-    from .runner import run_suite
+    from .executors import LocalExecutor
 
-    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__)
+    executor = executor if executor is not None else LocalExecutor()
+    results = ResultsFile(env=env if env is not None else executor.environment(), torchgauge_version=__version__)
 
     def save(record: RunRecord) -> None:
         results.runs.append(record)
@@ -143,7 +145,7 @@ def run_and_save(
             on_result(record)
 
     results.write(output)  # an empty file with the environment, before anything runs
-    run_suite(configs, runner_options, on_result=save, on_start=on_start)
+    executor.run(configs, runner_options, on_result=save, on_start=on_start)
     return results
 
 

@@ -93,13 +93,21 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="TORCHGAUGE_DB",
-              help="Also store each finished run in this history database (env TORCHGAUGE_DB; opt-in).")
+@click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="TORCHGAUGE_DB", metavar="PATH|URL",
+              help="Also store each finished run in this history database, a SQLite file or a postgresql:// URL "
+                   "(env TORCHGAUGE_DB; opt-in).")
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where runs execute: this machine, or a Ray cluster (pip install 'torchgauge[ray]').")
+@click.option("--address", default=None, help="Ray cluster address host:port [--executor ray; default: $RAY_ADDRESS].")
+@click.option("--cpus-per-run", type=int, default=None, callback=positive,
+              help="Whole CPUs (pinned cores) each run holds on the cluster [--executor ray; default 1].")
+@click.option("--mix-hardware", is_flag=True,
+              help="Let one suite use cluster nodes of different hardware (each run keeps its own fingerprint).")
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
-    from ..suite import exit_code, plan, run_and_save
+    from ..suite import exit_code, plan
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -110,7 +118,53 @@ def run_command(**kw: object) -> None:
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
-    store, suite_id, env = _open_store(kw)
+    executor = _executor(kw, term)
+    try:
+        results, store, suite_id = _run(kw, configs, runner_options, output, executor, term, result_row)
+    finally:
+        executor.close()
+    if store is not None:
+        term.info(f"stored as run {suite_id} in {store.path}")
+    if kw["executor"] != "local":
+        from ..executors import count_runs_by_host
+
+        term.info("runs per host: " + ", ".join(f"{h}: {n}" for h, n in count_runs_by_host(results.runs).items()))
+    if kw["as_json"]:
+        term.json(results.to_dict())
+    else:
+        term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)
+    term.info(f"results written to {output}")
+    code = exit_code(results.runs)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def _executor(kw: dict, term):
+    """The executor --executor names; cluster options only with the ray executor."""
+    from ..executors import create_executor
+
+    given = [flag for key, flag in (("address", "--address"), ("cpus_per_run", "--cpus-per-run"),
+                                    ("mix_hardware", "--mix-hardware")) if kw[key]]
+    if kw["executor"] == "local":
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply only with --executor ray")
+        return create_executor("local")
+    if kw["in_process"]:
+        raise click.UsageError("--in-process runs in this process; it does not combine with --executor ray")
+    return create_executor("ray", on_note=term.warning, address=kw["address"], cpus_per_run=kw["cpus_per_run"] or 1,
+                           mix_hardware=bool(kw["mix_hardware"]))
+
+
+def _run(kw: dict, configs: list, runner_options, output, executor, term, result_row) -> tuple:
+    """Run and save the suite with ``executor``; (ResultsFile, Store or None, stored run id)."""
+    from ..executors.ray_cluster import ClusterError
+    from ..suite import run_and_save
+
+    try:
+        env = executor.environment()
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    store, suite_id = _open_store(kw, env)
     with term.progress() as progress:
         task = progress.add_task("torchgauge", total=len(configs), current="")
 
@@ -128,34 +182,27 @@ def run_command(**kw: object) -> None:
                 env=env,
                 on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode}"),
                 on_result=on_result,
+                executor=executor,
             )
+        except ClusterError as exc:
+            raise click.ClickException(str(exc)) from None
         finally:
             if store is not None:
                 store.close()
-    if store is not None:
-        term.info(f"stored as run {suite_id} in {store.path}")
-    if kw["as_json"]:
-        term.json(results.to_dict())
-    else:
-        term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)
-    term.info(f"results written to {output}")
-    code = exit_code(results.runs)
-    if code:
-        raise click.exceptions.Exit(code)
+    return results, store, suite_id
 
 
-def _open_store(kw: dict) -> tuple:
-    """(Store, run id, env) when --db (or TORCHGAUGE_DB) asks for storing, else (None, None, None)."""
+def _open_store(kw: dict, env: dict) -> tuple:
+    """(Store, run id) when --db (or TORCHGAUGE_DB) asks for storing, else (None, None)."""
     if not kw["db"] or kw["no_db"]:
-        return None, None, None
+        return None, None
     from .. import __version__
-    from ..harness.env import collect_env
-    from ..results.store import Store, StoreError
+    from ..results.store import StoreError
+    from ..results.stores import open_store
 
-    env = collect_env()
     try:
-        store = Store(kw["db"])
-        return store, store.begin_suite(env, source="run", torchgauge_version=__version__), env
+        store = open_store(kw["db"])
+        return store, store.begin_suite(env, source="run", torchgauge_version=__version__)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
 

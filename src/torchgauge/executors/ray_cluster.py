@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..results.schema import RunConfig, RunRecord
 from ..runner import RunnerOptions, _domain_of, run_suite
 
-__all__ = ["ATTEMPTS_PER_RUN", "ClusterError", "RayExecutor", "RayOptions"]
+__all__ = ["ATTEMPTS_PER_RUN", "ClusterError", "ClusterNode", "RayExecutor", "RayOptions", "choose_hardware"]
 
 # A run whose task is lost (node died, Ray worker crashed) is tried this many times in all.
 ATTEMPTS_PER_RUN = 2
@@ -60,7 +60,9 @@ class RayOptions:
 
 
 @dataclass
-class _Node:
+class ClusterNode:
+    """A live node of the cluster and what it offers."""
+
     node_id: str
     hostname: str
     cpus: float
@@ -116,6 +118,28 @@ def _run_on_node(config: RunConfig, options: RunnerOptions, cpus: int) -> dict[s
     return record.to_dict()
 
 
+def choose_hardware(nodes: Sequence[ClusterNode], *, gpu: bool, mix_hardware: bool) -> tuple[list[ClusterNode], str | None]:
+    """The nodes a suite may use, and a note when some were left out.
+
+    Nodes are grouped by machine fingerprint; unless ``mix_hardware``, only the group with
+    the most capacity for the run's device (GPUs for CUDA runs, else CPUs) is used.
+    """
+    groups: dict[str, list[ClusterNode]] = defaultdict(list)
+    for node in nodes:
+        groups[(node.env or {}).get("machine_fingerprint", "?")].append(node)
+    if len(groups) <= 1 or mix_hardware:
+        return list(nodes), None
+
+    def capacity(fingerprint: str) -> float:
+        return sum(n.gpus if gpu else n.cpus for n in groups[fingerprint])
+
+    chosen = max(groups, key=capacity)
+    others = "; ".join(f"{fp} ({', '.join(sorted({n.hostname for n in ns}))})" for fp, ns in groups.items() if fp != chosen)
+    note = (f"the cluster holds {len(groups)} kinds of hardware; running on fingerprint {chosen} "
+            f"({len(groups[chosen])} node(s)) and leaving out {others}; --mix-hardware uses all")
+    return groups[chosen], note
+
+
 def _needs_gpu(config: RunConfig) -> bool:
     return config.device.split(":")[0] == "cuda"
 
@@ -137,7 +161,7 @@ class RayExecutor:
         self.options = options
         self.on_note = on_note or (lambda _: None)
         self._connected_here = False
-        self._nodes: dict[str, _Node] | None = None  # the nodes runs may use, by id
+        self._nodes: dict[str, ClusterNode] | None = None  # the nodes runs may use, by id
 
     # -- cluster ------------------------------------------------------------------------------
 
@@ -156,20 +180,20 @@ class RayExecutor:
         self._connected_here = True
 
     @staticmethod
-    def _alive_nodes() -> dict[str, _Node]:
+    def _alive_nodes() -> dict[str, ClusterNode]:
         import ray
 
         nodes = {}
         for n in ray.nodes():
             if n.get("Alive"):
                 res = n.get("Resources", {})
-                nodes[n["NodeID"]] = _Node(n["NodeID"], n.get("NodeManagerHostname", "?"), res.get("CPU", 0.0), res.get("GPU", 0.0))
+                nodes[n["NodeID"]] = ClusterNode(n["NodeID"], n.get("NodeManagerHostname", "?"), res.get("CPU", 0.0), res.get("GPU", 0.0))
         return nodes
 
-    def _fits(self, node: _Node, gpu: bool) -> bool:
+    def _fits(self, node: ClusterNode, gpu: bool) -> bool:
         return node.cpus >= self.options.cpus_per_run and (node.gpus >= 1 or not gpu)
 
-    def _choose_nodes(self, gpu: bool) -> dict[str, _Node]:
+    def _choose_nodes(self, gpu: bool) -> dict[str, ClusterNode]:
         """The nodes runs may use: those with the resources, of one fingerprint unless mix_hardware."""
         import ray
 
@@ -182,18 +206,10 @@ class RayExecutor:
                   for i in usable}
         for node_id, ref in probes.items():
             usable[node_id].env = ray.get(ref)
-        groups: dict[str, list[_Node]] = defaultdict(list)
-        for node in usable.values():
-            groups[node.env["machine_fingerprint"]].append(node)
-        if len(groups) > 1 and not self.options.mix_hardware:
-            def capacity(fp: str) -> float:
-                return sum(n.gpus if gpu else n.cpus for n in groups[fp])
-
-            chosen = max(groups, key=capacity)
-            others = "; ".join(f"{fp}: {', '.join(sorted({n.hostname for n in ns}))}" for fp, ns in groups.items() if fp != chosen)
-            self.on_note(f"the cluster holds {len(groups)} kinds of hardware; running on fingerprint {chosen} "
-                         f"({len(groups[chosen])} node(s)), leaving out {others} (--mix-hardware uses all)")
-            usable = {n.node_id: n for n in groups[chosen]}
+        chosen, note = choose_hardware(list(usable.values()), gpu=gpu, mix_hardware=self.options.mix_hardware)
+        if note:
+            self.on_note(note)
+        usable = {n.node_id: n for n in chosen}
         return usable
 
     def environment(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ _FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, _FIXTURES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     return module
 

@@ -18,6 +18,14 @@ def _load(name: str):
 
 
 local_ray_cluster = _load("local_ray_cluster")
+local_postgres = _load("local_postgres")
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    """An empty database on a PostgreSQL server started for this module (skipped where none can start)."""
+    for server in local_postgres.serve_or_skip():
+        yield local_postgres.create_database(server)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ def _worker_node_ids(cluster) -> set[str]:
         ray.shutdown()
 
 
+@pytest.mark.slow
 def test_suite_across_nodes_keeps_statuses_isolation_and_pinning(ray_cluster, tmp_path) -> None:
     configs = [_config("planted_hangs"), _config("planted_ok", "train"), _config("planted_ok"), _config("planted_raises"),
                _config("planted_unsupported"), _config("planted_allocates"), _config("planted_reports_cores"),
@@ -76,6 +77,7 @@ def test_suite_across_nodes_keeps_statuses_isolation_and_pinning(ray_cluster, tm
         assert first["cores"] != second["cores"]
 
 
+@pytest.mark.slow
 def test_crashed_task_is_retried_once_then_an_error(ray_cluster, tmp_path) -> None:
     results, _, notes = _run(ray_cluster, [_config("planted_kills_its_task"), _config("planted_ok")], tmp_path)
     by_model = {r.config.model: r for r in results.runs}  # in the order they returned
@@ -87,6 +89,25 @@ def test_crashed_task_is_retried_once_then_an_error(ray_cluster, tmp_path) -> No
     assert any("retrying on another node" in n for n in notes)
 
 
+@pytest.mark.slow
+def test_cli_runs_on_the_cluster_into_postgres(ray_cluster, pg_url, tmp_path, capsys) -> None:
+    from torchgauge.cli import main
+    from torchgauge.results.stores import open_store
+
+    out = tmp_path / "r.json"
+    code = main(["run", "planted_ok", "--executor", "ray", "--address", ray_cluster.address, "--model-file", MODEL_FILES[0],
+                 "--size", "smoke", "--repeat", "2", "--warmup", "1", "--output", str(out), "--db", pg_url])
+    captured = capsys.readouterr()
+    said = captured.out + captured.err
+    assert code == 0 and "runs per host: " in said and "stored as run 1 in postgresql://" in said
+    with open_store(pg_url, create=False) as store:
+        stored = store.load(store.resolve("latest"))
+    assert sorted(r.config.mode for r in stored.runs) == ["eval", "train"] and all(r.status == "ok" for r in stored.runs)
+    assert all(r.env["ray_node_id"] for r in stored.runs)  # each run's node, kept in the history
+    assert stored.env["machine_fingerprint"] == load_results(out).env["machine_fingerprint"]
+
+
+@pytest.mark.slow
 def test_node_killed_mid_run_is_retried_on_another_node(ray_cluster, tmp_path) -> None:
     configs = [_config("planted_lost_once"), _config("planted_ok"), _config("planted_ok", "train")]
     outcome: dict = {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import socket
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -38,6 +39,8 @@ __all__ = ["ATTEMPTS_PER_RUN", "ClusterError", "ClusterNode", "RayExecutor", "Ra
 ATTEMPTS_PER_RUN = 2
 # Seconds between the driver's checks for dead nodes while it waits for results.
 WAIT_POLL_S = 1.0
+# Seconds to wait for the cluster's address to answer (Ray itself retries for minutes).
+CONNECT_TIMEOUT_S = 10.0
 # Label Ray gives every node (used to keep runs on the chosen hardware and off dead nodes).
 _NODE_ID_LABEL = "ray.io/node-id"
 
@@ -140,6 +143,18 @@ def choose_hardware(nodes: Sequence[ClusterNode], *, gpu: bool, mix_hardware: bo
     return groups[chosen], note
 
 
+def _check_reachable(address: str) -> None:
+    """Fail fast with one line when ``host:port`` (or ``ray://host:port``) does not answer."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", "local": Ray resolves those itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc.strerror or exc}; "
+                           "accepted: the head's host:port (ray start --head prints it)") from None
+
+
 def _needs_gpu(config: RunConfig) -> bool:
     return config.device.split(":")[0] == "cuda"
 
@@ -172,6 +187,8 @@ class RayExecutor:
             raise ClusterError("the ray executor needs Ray: pip install 'torchgauge[ray]'") from None
         if ray.is_initialized():
             return
+        if self.options.address:
+            _check_reachable(self.options.address)
         try:
             ray.init(address=self.options.address, logging_level="ERROR", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -213,10 +230,12 @@ class RayExecutor:
         return usable
 
     def environment(self) -> dict[str, Any]:
-        """The environment of the hardware the suite runs on (a node's, probed there)."""
+        """The environment of the hardware the suite runs on: a node's, probed there, without
+        its node id (each record names its own node)."""
         if self._nodes is None:
             self._nodes = self._choose_nodes(gpu=False)
-        return dict(next(iter(self._nodes.values())).env or {})
+        env = next(iter(self._nodes.values())).env or {}
+        return {k: v for k, v in env.items() if not k.startswith("ray_")}
 
     def close(self) -> None:
         if self._connected_here:

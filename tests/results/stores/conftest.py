@@ -21,14 +21,7 @@ local_postgres = _load("local_postgres")
 @pytest.fixture(scope="session")
 def pg_server():
     """URL of a PostgreSQL server started for this session (skipped, with the reason, where none can start)."""
-    pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'torchgauge[postgres]')")
-    try:
-        context = local_postgres.local_postgres()
-        url = context.__enter__()
-    except local_postgres.PostgresUnavailable as exc:
-        pytest.skip(f"no PostgreSQL server could start: {exc}")
-    yield url
-    context.__exit__(None, None, None)
+    yield from local_postgres.serve_or_skip()
 
 
 @pytest.fixture

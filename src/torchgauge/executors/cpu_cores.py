@@ -52,12 +52,12 @@ def claim_cores(count: int, *, timeout_s: float) -> Iterator[tuple[int, ...]]:
     machine has makes runs wait instead of sharing cores).
 
     Raises:
-        ValueError: ``count`` exceeds the cores this process may use.
-        CoresUnavailable: they did not free up in time.
+        CoresUnavailable: ``count`` exceeds the cores this process may use, or they did not
+            free up in time.
     """
     allowed = sorted(os.sched_getaffinity(0))
     if not 1 <= count <= len(allowed):
-        raise ValueError(f"cannot claim {count} cores; this machine offers {len(allowed)} (accepted: 1..{len(allowed)})")
+        raise CoresUnavailable(f"cannot claim {count} cores; this machine offers {len(allowed)} (accepted: 1..{len(allowed)})")
     lock_dir = _lock_dir()
     deadline = time.monotonic() + timeout_s
     while True:

@@ -115,7 +115,7 @@ def _run_on_node(config: RunConfig, options: RunnerOptions, cpus: int) -> dict[s
                 worker_env=options.worker_env + ((("CUDA_VISIBLE_DEVICES", ",".join(gpu_ids)),) if gpu_ids else ()),
             )
             [record] = run_suite([config], pinned)
-    except (CoresUnavailable, ValueError) as exc:
+    except CoresUnavailable as exc:
         record = RunRecord(config, "error", error=f"on {env['hostname']}: {exc}")
     record.env = dict(env)
     return record.to_dict()

@@ -15,6 +15,7 @@ from .conftest import PLANTED
         (["--executor", "ray", "--in-process"], "does not combine with --executor ray"),
         (["--executor", "ray", "--cpus-per-run", "0"], "accepted: an integer >= 1"),
         (["--executor", "dask"], "'dask' is not one of 'local', 'ray'"),
+        (["--executor", "ray", "--device", "cuda:1"], "the ray executor assigns GPUs itself; accepted: cpu, cuda"),
     ],
 )
 def test_bad_executor_options_get_one_line_errors(cli, tmp_path, args, message) -> None:

@@ -151,8 +151,11 @@ def _executor(kw: dict, term):
         return create_executor("local")
     if kw["in_process"]:
         raise click.UsageError("--in-process runs in this process; it does not combine with --executor ray")
-    return create_executor("ray", on_note=term.warning, address=kw["address"], cpus_per_run=kw["cpus_per_run"] or 1,
-                           mix_hardware=bool(kw["mix_hardware"]))
+    try:
+        return create_executor("ray", on_note=term.warning, address=kw["address"], cpus_per_run=kw["cpus_per_run"] or 1,
+                               mix_hardware=bool(kw["mix_hardware"]), device=kw["device"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
 
 
 def _run(kw: dict, configs: list, runner_options, output, executor, term, result_row) -> tuple:

@@ -56,10 +56,13 @@ class RayOptions:
     address: str | None = None  # "host:port" or "ray://..."; None: $RAY_ADDRESS, else a new local cluster
     cpus_per_run: int = 1  # whole CPUs (pinned cores) each run holds, GPU runs included
     mix_hardware: bool = False  # True: use nodes of every machine fingerprint in one suite
+    device: str = "cpu"  # the suite's device: "cuda" suites go to nodes with GPUs (Ray assigns one per run)
 
     def __post_init__(self) -> None:
         if self.cpus_per_run < 1:
             raise ValueError(f"cpus_per_run must be a whole number >= 1; got {self.cpus_per_run}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device {self.device!r}: the ray executor assigns GPUs itself; accepted: cpu, cuda")
 
 
 @dataclass
@@ -233,7 +236,7 @@ class RayExecutor:
         """The environment of the hardware the suite runs on: a node's, probed there, without
         its node id (each record names its own node)."""
         if self._nodes is None:
-            self._nodes = self._choose_nodes(gpu=False)
+            self._nodes = self._choose_nodes(gpu=self.options.device == "cuda")
         env = next(iter(self._nodes.values())).env or {}
         return {k: v for k, v in env.items() if not k.startswith("ray_")}
 
@@ -263,10 +266,13 @@ class RayExecutor:
         if not options.isolate:
             raise ClusterError("the ray executor always isolates runs; in-process runs are for local debugging")
         configs = list(configs)
-        if any(c.device.split(":")[0] == "cuda" and c.device != "cuda" for c in configs):
-            raise ClusterError("the ray executor assigns GPUs itself; accepted devices: cpu, cuda")
-        gpu = any(_needs_gpu(c) for c in configs)
-        nodes = self._nodes if self._nodes is not None and not gpu else self._choose_nodes(gpu)
+        stray = sorted({c.device for c in configs} - {self.options.device})
+        if stray:
+            raise ClusterError(f"runs on {', '.join(stray)} in a suite for {self.options.device}; the ray executor "
+                               "assigns GPUs itself: give RayOptions(device=...) the suite's device, cpu or cuda")
+        if self._nodes is None:
+            self._nodes = self._choose_nodes(gpu=self.options.device == "cuda")
+        nodes = self._nodes
         task = ray.remote(_run_on_node)
         done: dict[int, RunRecord] = {}
         pending: dict[Any, _Attempt] = {}

@@ -63,8 +63,7 @@ def _run(name: str, executor, configs, options, store, out: Path) -> dict:
     busy = sum(r.wall_s for r in results.runs)
     return {"name": name, "wall": wall, "n": len(results.runs), "busy": busy, "suite": suite,
             "overhead": (wall * CONCURRENCY - busy) / len(results.runs), "store_ms": 1e3 * sum(store_s) / len(store_s),
-            "statuses": Counter(r.status for r in results.runs),
-            "nodes": Counter(str((r.env or {}).get("ray_node_id", "local"))[:8] for r in results.runs)}
+            "statuses": Counter(r.status for r in results.runs)}
 
 
 def main() -> None:
@@ -74,6 +73,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--ray-first", action="store_true", help="run the Ray executor first (the order drift favours)")
     args = parser.parse_args()
 
     from torchgauge.executors import LocalExecutor
@@ -88,12 +88,10 @@ def main() -> None:
     rows = []
     with local_postgres.local_postgres() as server:
         url = local_postgres.create_database(server)
+        cluster = local_ray.LocalRayCluster(env={
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+            "TORCHGAUGE_CORE_LOCK_DIR": str(tmp / "core-locks"), "OMP_NUM_THREADS": "1"})
         with open_store(url) as store:
-            options = RunnerOptions(timeout_s=args.timeout, jobs=CONCURRENCY, threads_per_worker=1)
-            rows.append(_run("local runner (jobs=2)", LocalExecutor(), configs, options, store, tmp / "local.json"))
-            cluster = local_ray.LocalRayCluster(env={
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-                "TORCHGAUGE_CORE_LOCK_DIR": str(tmp / "core-locks"), "OMP_NUM_THREADS": "1"})
             try:
                 t0 = time.perf_counter()
                 cluster.start()
@@ -104,11 +102,16 @@ def main() -> None:
                 t0 = time.perf_counter()
                 executor.environment()  # connect and probe both nodes (once per suite)
                 probe_s = time.perf_counter() - t0
-                try:
-                    rows.append(_run("ray, 2 nodes x 1 CPU", executor, configs, RunnerOptions(timeout_s=args.timeout),
-                                     store, tmp / "ray.json"))
-                finally:
-                    executor.close()
+                runs = {
+                    "local": lambda: _run("local runner (jobs=2)", LocalExecutor(), configs,
+                                          RunnerOptions(timeout_s=args.timeout, jobs=CONCURRENCY, threads_per_worker=1),
+                                          store, tmp / "local.json"),
+                    "ray": lambda: _run("ray, 2 nodes x 1 CPU", executor, configs, RunnerOptions(timeout_s=args.timeout),
+                                        store, tmp / "ray.json"),
+                }
+                for name in (("ray", "local") if args.ray_first else ("local", "ray")):
+                    rows.append(runs[name]())
+                executor.close()
             finally:
                 cluster.stop()
             stored = {row["name"]: Counter(str((r.env or {}).get("ray_node_id", "local"))[:8]

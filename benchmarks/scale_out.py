@@ -127,7 +127,8 @@ def main() -> None:
         nodes = ", ".join(f"{k}: {v}" for k, v in sorted(stored[row["name"]].items()))
         print(f"| {row['name']} | {row['wall']:.1f} | {60 * row['n'] / row['wall']:.1f} | {row['busy']:.1f} | "
               f"{row['overhead']:.2f} | {row['store_ms']:.1f} | {statuses} | {nodes} |")
-    print(f"\nstarting the cluster (head + 2 nodes): {cluster_s:.1f} s; connecting and probing the nodes: {probe_s:.1f} s "
+    print(f"\nresults files in {tmp}; starting the cluster (head + 2 nodes): {cluster_s:.1f} s; "
+          f"connecting and probing the nodes: {probe_s:.1f} s "
           "(neither counted in the ray row)")
 
 

@@ -12,7 +12,8 @@ import click
 @click.option("--list", "list_runs", is_flag=True, help="List the stored runs instead.")
 @click.option("--machine", default=None, help="Machine fingerprint that latest/previous refer to (and --list shows).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database: a SQLite file or a postgresql:// URL (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="With --list: print JSON instead of a table.")
 def export_command(run: str | None, output: str | None, list_runs: bool, machine: str | None, db: str | None,
                    as_json: bool) -> None:

@@ -18,7 +18,8 @@ _METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "
 @click.option("--machine", default=None, help="Only this machine fingerprint.")
 @click.option("--threshold", default="7%", show_default=True, help="Smallest level change marked as a step.")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database: a SQLite file or a postgresql:// URL (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series and steps as JSON.")
 def history_command(**kw: object) -> None:
     """Show MODEL's stored runs of one metric in time order, with detected steps."""

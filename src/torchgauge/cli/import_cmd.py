@@ -8,7 +8,8 @@ import click
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database, created if missing: a SQLite file or a postgresql:// URL (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database, created if missing: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--merge", is_flag=True, help="Store all FILES as one run (the shards of one CI suite).")
 def import_command(files: tuple[str, ...], db: str | None, merge: bool) -> None:
     """Store each results FILE as one run (atomically: a file is stored whole or not at all)."""

@@ -57,7 +57,8 @@ def claim_cores(count: int, *, timeout_s: float) -> Iterator[tuple[int, ...]]:
     """
     allowed = sorted(os.sched_getaffinity(0))
     if not 1 <= count <= len(allowed):
-        raise CoresUnavailable(f"cannot claim {count} cores; this machine offers {len(allowed)} (accepted: 1..{len(allowed)})")
+        raise CoresUnavailable(f"cannot claim {count} cores; this machine offers {len(allowed)} "
+                               f"(accepted: 1..{len(allowed)})")
     lock_dir = _lock_dir()
     deadline = time.monotonic() + timeout_s
     while True:

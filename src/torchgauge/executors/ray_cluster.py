@@ -207,7 +207,8 @@ class RayExecutor:
         for n in ray.nodes():
             if n.get("Alive"):
                 res = n.get("Resources", {})
-                nodes[n["NodeID"]] = ClusterNode(n["NodeID"], n.get("NodeManagerHostname", "?"), res.get("CPU", 0.0), res.get("GPU", 0.0))
+                nodes[n["NodeID"]] = ClusterNode(n["NodeID"], n.get("NodeManagerHostname", "?"),
+                                                 res.get("CPU", 0.0), res.get("GPU", 0.0))
         return nodes
 
     def _fits(self, node: ClusterNode, gpu: bool) -> bool:
@@ -284,7 +285,8 @@ class RayExecutor:
                 alive[:] = [i for i in self._alive_nodes() if i in nodes]
             if not alive:
                 finish(attempt, RunRecord(attempt.config, "error", error=(
-                    f"lost on the Ray cluster: {attempt.earlier_failure}; no node of the chosen hardware is left to retry on")))
+                    f"lost on the Ray cluster: {attempt.earlier_failure}; "
+                    "no node of the chosen hardware is left to retry on")))
                 return
             ref = task.options(
                 num_cpus=self.options.cpus_per_run,

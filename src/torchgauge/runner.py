@@ -90,6 +90,12 @@ class RunnerOptions:
     # count shared out between the jobs (two workers of 2 threads on 2 cores spin against
     # each other: OpenMP oversubscription made parallel smoke runs several times slower).
     threads_per_worker: int | None = None
+    # CPU ids the worker is pinned to (os.sched_setaffinity); empty: not pinned. Executors that
+    # share a machine between several runners (executors/ray_cluster.py) claim cores for it.
+    cpu_affinity: tuple[int, ...] = ()
+    # Environment variables set in the worker before the run (e.g. CUDA_VISIBLE_DEVICES for the
+    # GPU a cluster assigned): workers fork from a long-lived forkserver, not from the caller.
+    worker_env: tuple[tuple[str, str], ...] = ()
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -285,7 +291,8 @@ WATCHDOG_GRACE_S = 1.0
 
 
 def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None,
-                 parent_alive=None, scratch_log: bool = False) -> None:
+                 parent_alive=None, scratch_log: bool = False, cpu_affinity: tuple[int, ...] = (),
+                 worker_env: tuple[tuple[str, str], ...] = ()) -> None:
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
     with contextlib.suppress(PermissionError):  # already a group leader (never, when forked)
@@ -298,6 +305,9 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     try:
+        os.environ.update(dict(worker_env))
+        if cpu_affinity:
+            os.sched_setaffinity(0, cpu_affinity)
         from .registry import load_model_file
 
         if threads is not None:
@@ -383,7 +393,7 @@ class _Worker:
         # the parent holds the only writer of this one: EOF in the worker means we died
         alive_r, self.alive_w = mp_ctx.Pipe(duplex=False)
         self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options),
-                                                              alive_r, scratch_log),
+                                                              alive_r, scratch_log, options.cpu_affinity, options.worker_env),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()

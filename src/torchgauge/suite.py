@@ -154,6 +154,7 @@ def run_and_save(
     env: dict[str, Any] | None = None,
     on_result: Callable[[RunRecord], None] | None = None,
     on_start: Callable[[RunConfig], None] | None = None,
+    executor: Any = None,
 ) -> ResultsFile:
     """Run the configs in isolated workers, rewriting ``output`` after every finished run.
 
@@ -161,12 +162,14 @@ def run_and_save(
     finished before it on disk; it says ``"complete": false`` until the last run ended.
     A failure to write it after one run is a warning (the suite goes on, ``on_result``
     still sees the run); the first write fails loudly (ResultsWriteError) before anything runs.
+    ``executor`` (``torchgauge.executors``) says where the runs
+    execute: this machine (the default) or a Ray cluster; ``env`` defaults to its environment.
     """
     from . import __version__
-    from .harness.env import collect_env
-    from .runner import run_suite
+    from .executors import LocalExecutor
 
-    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__,
+    executor = executor if executor is not None else LocalExecutor()
+    results = ResultsFile(env=env if env is not None else executor.environment(), torchgauge_version=__version__,
                           complete=False)
 
     def save(record: RunRecord) -> None:
@@ -178,7 +181,7 @@ def run_and_save(
                 on_result(record)
 
     results.write(output)  # an empty file with the environment, before anything runs
-    run_suite(configs, runner_options, on_result=save, on_start=on_start)
+    executor.run(configs, runner_options, on_result=save, on_start=on_start)
     results.complete = True
     results.write(output)
     return results

@@ -12,7 +12,8 @@ from .params import SECONDS, threshold
 def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict, include_incomplete: bool = False) -> tuple:
     """(ResultsFile, label) from a results file path, a stored run id, ``latest`` or ``previous``."""
     from ..results.schema import SchemaError, load_results
-    from ..results.store import Store, StoreError, default_db_path
+    from ..results.store import StoreError
+    from ..results.stores import open_store
 
     path = Path(ref)
     if path.suffix == ".json" or path.exists():
@@ -22,7 +23,7 @@ def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict,
             raise click.ClickException(str(exc)) from None
     if "store" not in store_cache:
         try:
-            store_cache["store"] = Store(db or default_db_path(), readonly=True)
+            store_cache["store"] = open_store(db, create=False, readonly=True)
         except StoreError as exc:
             raise click.ClickException(f"{ref!r} is not a results file, and {exc}") from None
     store = store_cache["store"]

@@ -12,7 +12,8 @@ import click
 @click.option("--list", "list_runs", is_flag=True, help="List the stored runs instead.")
 @click.option("--machine", default=None, help="Machine fingerprint that latest/previous refer to (and --list shows).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="With --list: print JSON instead of a table.")
 @click.option("--include-incomplete", is_flag=True,
               help="latest/previous may name an interrupted run (by default they skip incomplete runs).")
@@ -21,14 +22,15 @@ def export_command(run: str | None, output: str | None, list_runs: bool, machine
     """Write stored RUN (an id, latest or previous) as a results file; --list shows the ids."""
     from dataclasses import asdict
 
-    from ..results.store import Store, StoreError, default_db_path
+    from ..results.store import StoreError
+    from ..results.stores import open_store
     from .terminal import Terminal
 
     term = Terminal()
     if not list_runs and not run:
         raise click.UsageError("give a RUN (an id, latest or previous) or --list")
     try:
-        with Store(db or default_db_path(), readonly=True) as store:
+        with open_store(db, create=False, readonly=True) as store:
             if list_runs:
                 suites = store.suites(machine=machine)
                 if as_json:

@@ -18,7 +18,8 @@ _METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "
 @click.option("--machine", default=None, help="Only this machine fingerprint.")
 @click.option("--threshold", default="7%", show_default=True, help="Smallest level change marked as a step.")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series and steps as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Also draw the series to this file (.png, .svg or .pdf; needs matplotlib): one line per "
@@ -27,7 +28,8 @@ def history_command(**kw: object) -> None:
     """Show MODEL's stored runs of one metric in time order, with detected steps."""
     from ..compare.regression import parse_threshold
     from ..report.history import HISTORY_COLUMNS, METRIC_UNITS, history_tables, sparkline, write_history_plot
-    from ..results.store import Store, StoreError, default_db_path
+    from ..results.store import StoreError
+    from ..results.stores import open_store
     from .terminal import Terminal
 
     term = Terminal()
@@ -36,7 +38,7 @@ def history_command(**kw: object) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--threshold") from None
     try:
-        with Store(kw["db"] or default_db_path(), readonly=True) as store:
+        with open_store(kw["db"], create=False, readonly=True) as store:
             points = store.series(str(kw["model"]), mode=kw["mode"], device=kw["device"], precision=kw["precision"],
                                   backend=kw["backend"], machine=kw["machine"])
     except StoreError as exc:

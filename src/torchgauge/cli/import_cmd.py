@@ -8,12 +8,14 @@ import click
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database, created if missing (default: $TORCHGAUGE_DB or the XDG data dir).")
+              help="History database, created if missing: a SQLite file or a postgresql:// URL "
+                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
 @click.option("--merge", is_flag=True, help="Store all FILES as one run (the shards of one CI suite).")
 def import_command(files: tuple[str, ...], db: str | None, merge: bool) -> None:
     """Store each results FILE as one run (atomically: a file is stored whole or not at all)."""
     from ..results.schema import SchemaError, load_results
-    from ..results.store import Store, StoreError, default_db_path
+    from ..results.store import StoreError
+    from ..results.stores import open_store
     from .terminal import Terminal
 
     term = Terminal()
@@ -24,7 +26,7 @@ def import_command(files: tuple[str, ...], db: str | None, merge: bool) -> None:
     if merge and len(docs) > 1:
         docs = [(" + ".join(files), _merge([r for _, r in docs]))]
     try:
-        with Store(db or default_db_path()) as store:
+        with open_store(db) as store:
             for path, results in docs:
                 suite = store.save(results, source=f"import:{path}")
                 term.info(f"{path}: {len(results.runs)} run(s) stored as run {suite} in {store.path}")

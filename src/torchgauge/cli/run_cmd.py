@@ -106,11 +106,20 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="TORCHGAUGE_DB",
-              help="Also store each finished run in this history database (env TORCHGAUGE_DB; opt-in).")
+@click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="TORCHGAUGE_DB", metavar="PATH|URL",
+              help="Also store each finished run in this history database, a SQLite file or a postgresql:// URL "
+                   "(env TORCHGAUGE_DB; opt-in).")
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where runs execute: this machine, or a Ray cluster (pip install 'torchgauge[ray]').")
+@click.option("--address", default=None, help="Ray cluster address host:port [--executor ray; default: $RAY_ADDRESS].")
+@click.option("--cpus-per-run", type=int, default=None, callback=positive,
+              help="Whole CPUs (pinned cores) each run holds on the cluster [--executor ray; default 1].")
+@click.option("--mix-hardware", is_flag=True,
+              help="Let one suite use cluster nodes of different hardware (each run keeps its own fingerprint).")
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
+    from ..executors.ray_cluster import ClusterError
     from ..report.escape import terminal_text
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
     from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
@@ -129,7 +138,13 @@ def run_command(**kw: object) -> None:
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
-    store, suite_id, env = _open_store(kw)
+    executor = _executor(kw, term)
+    try:
+        env = executor.environment()
+    except ClusterError as exc:
+        executor.close()
+        raise click.ClickException(str(exc)) from None
+    store, suite_id = _open_store(kw, env)
     finished: list = []
     not_stored: list[str] = []
 
@@ -160,17 +175,26 @@ def run_command(**kw: object) -> None:
                 env=env,
                 on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
                 on_result=on_result,
+                executor=executor,
             )
         if store is not None:
             _finish_stored(store, suite_id, not_stored, term)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what was kept
         code = interrupt_exit_code(exc)
         term.error(_saved_message(f"interrupted by {signal.Signals(code - 128).name}", len(finished), len(configs),
                                   output, store, suite_id, not_stored))
         raise click.exceptions.Exit(code) from None
     finally:
+        executor.close()
         if store is not None:
             store.close()
+    if kw["executor"] != "local":
+        from ..executors import count_runs_by_host
+
+        hosts = count_runs_by_host(results.runs).items()
+        term.info("runs per host: " + ", ".join(f"{terminal_text(h)}: {n}" for h, n in hosts))
     if kw["as_json"]:
         term.json(results.to_dict())
     else:
@@ -222,18 +246,36 @@ def _saved_message(what: str, finished: int, total: int, output: Path, store, su
     return "; ".join(parts)
 
 
-def _open_store(kw: dict) -> tuple:
-    """(Store, run id, env) when --db (or TORCHGAUGE_DB) asks for storing, else (None, None, None)."""
-    if not kw["db"] or kw["no_db"]:
-        return None, None, None
-    from .. import __version__
-    from ..harness.env import collect_env
-    from ..results.store import Store, StoreError
+def _executor(kw: dict, term):
+    """The executor --executor names; cluster options only with the ray executor."""
+    from ..executors import create_executor
 
-    env = collect_env()
+    given = [flag for key, flag in (("address", "--address"), ("cpus_per_run", "--cpus-per-run"),
+                                    ("mix_hardware", "--mix-hardware")) if kw[key]]
+    if kw["executor"] == "local":
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply only with --executor ray")
+        return create_executor("local")
+    if kw["in_process"]:
+        raise click.UsageError("--in-process runs in this process; it does not combine with --executor ray")
     try:
-        store = Store(kw["db"])
-        return store, store.begin_suite(env, source="run", torchgauge_version=__version__), env
+        return create_executor("ray", on_note=term.warning, address=kw["address"], cpus_per_run=kw["cpus_per_run"] or 1,
+                               mix_hardware=bool(kw["mix_hardware"]), device=kw["device"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
+
+
+def _open_store(kw: dict, env: dict) -> tuple:
+    """(Store, run id) when --db (or TORCHGAUGE_DB) asks for storing, else (None, None)."""
+    if not kw["db"] or kw["no_db"]:
+        return None, None
+    from .. import __version__
+    from ..results.store import StoreError
+    from ..results.stores import open_store
+
+    try:
+        store = open_store(kw["db"])
+        return store, store.begin_suite(env, source="run", torchgauge_version=__version__)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
 

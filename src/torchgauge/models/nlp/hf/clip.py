@@ -85,3 +85,47 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
 def hf_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CLIP ViT-B/32 (CLIPModel), 224x224 images and 77-token captions."""
     return create_hf_workload(ctx, CLIP_VIT_BASE_PATCH32, **kwargs)
+
+
+def prompt_tokens(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Token ids ``(B, seq_len)`` below 32,000, as TorchBench draws them for this encoder."""
+    return {"input_ids": ctx.randint(0, min(32000, config.vocab_size), (ctx.batch_size, seq_len))}
+
+
+# Stable Diffusion 2's text encoder (stabilityai/stable-diffusion-2, text_encoder/config.json):
+# OpenCLIP ViT-H/14's text tower, 23 of its 24 layers (SD2 takes the penultimate layer).
+# TorchBench's get_module() times it on (1, 10) random token ids.
+SD2_TEXT_ENCODER = HFModelSpec(
+    checkpoint="stabilityai/stable-diffusion-2 (text_encoder)",
+    config_class="CLIPTextConfig",
+    model_class="CLIPTextModel",
+    config={
+        "vocab_size": 49408,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 23,
+        "num_attention_heads": 16,
+        "max_position_embeddings": 77,
+        "hidden_act": "gelu",
+        "projection_dim": 512,
+        "pad_token_id": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+    },
+    seq_len=(10, 10),
+    inputs=prompt_tokens,
+    smoke_seq_len=10,
+    smoke_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+)
+
+
+@register_model(
+    domain="vision", task="generation",
+    source="Rombach et al., Stable Diffusion 2, 2022; Hugging Face transformers CLIPTextModel (Apache-2.0)",
+    batch_size=1, modes=("eval",), preload=HF_PRELOAD, tags=("hf",), param_count=340_387_840,
+    hf_spec=SD2_TEXT_ENCODER,
+    notes="TorchBench times the text encoder alone on 10 tokens and implements no training",
+)  # fmt: skip
+def stable_diffusion_text_encoder(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Stable Diffusion 2's CLIP text encoder (CLIPTextModel) on 10 prompt tokens."""
+    return create_hf_workload(ctx, SD2_TEXT_ENCODER, **kwargs)

@@ -23,8 +23,9 @@ reproduces two properties of TorchBench's incremental decoding that set what is 
   ``24 * s + l + 1`` keys; after 65 calls the cache holds 1,560 entries.
 
 What differs: TorchBench never initialises the attention and MLP ``Linear`` weights
-(``torch.empty``), so its logits are whatever memory held (NaN on CPU, greedy ids of 0); here they
-take ``nn.Linear``'s default init, so the greedy tokens are real argmaxes. A generated padding id
+(``torch.empty``), so its logits are whatever memory held (all NaN in our CPU check, every greedy
+id 0); here they take ``nn.Linear``'s default init, so the greedy tokens are real argmaxes. With
+the same (initialised) weights, TorchBench's code and this one generate the same ids. A generated padding id
 (2047) would make TorchBench's attention fail an assertion (its padding mask is as long as the
 sequence, the shared cache is not); here it raises with that reason. The all-zero 1 x 1 future
 mask TorchBench adds to each single-query score row is left out (adding zeros); its
@@ -103,11 +104,15 @@ class IncrementalSelfAttention(nn.Module):
         self.q_proj = nn.Linear(dim, dim)
         self.out_proj = nn.Linear(dim, dim)
 
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """``(T, B, C)`` -> ``(B * nh, T, hd)``."""
+        T, B, _ = t.shape
+        return t.contiguous().view(T, B * self.n_heads, self.head_dim).transpose(0, 1)
+
     def forward(self, x: torch.Tensor, cache: SharedKVCache) -> torch.Tensor:
         T, B, C = x.shape  # T x B x C, as metaseq (T == 1 in generation)
-        heads = lambda t: t.contiguous().view(T, B * self.n_heads, self.head_dim).transpose(0, 1)  # noqa: E731
-        q = heads(self.q_proj(x) * self.scaling)  # (B*nh, T, hd)
-        k, v = cache.append(heads(self.k_proj(x)), heads(self.v_proj(x)))  # (B*nh, S, hd)
+        q = self._split_heads(self.q_proj(x) * self.scaling)  # (B*nh, T, hd)
+        k, v = cache.append(self._split_heads(self.k_proj(x)), self._split_heads(self.v_proj(x)))  # (B*nh, S, hd)
         scores = torch.nan_to_num(torch.bmm(q, k.transpose(1, 2)))  # (B*nh, T, S)
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
         y = torch.bmm(probs, v).transpose(0, 1).contiguous().view(T, B, C)

@@ -67,7 +67,7 @@ class GPTFastConfig:
     n_head: int = 32
     n_embd: int = 4096
     n_query_groups: int = 32  # key/value heads; tp_manual's LLaMA-2 config field (= n_head for 7B)
-    intermediate_size: int = 11008  # find_multiple(int(2 * 4 * n_embd / 3), 256)
+    intermediate_size: int = find_multiple(int(2 * 4 * 4096 / 3), 256)  # 11008: 2/3 of 4 x n_embd, rounded up
     rope_base: float = 10000.0
     fused_qkv: bool = False  # True: tp_manual's one q/k/v Linear; False: simple_gpt's three
     prompt_len: int = 10  # TorchBench prompt_size

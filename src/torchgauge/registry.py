@@ -345,6 +345,13 @@ def create(
         raise UnsupportedError(f"{name} does not support device {dev.type!r} (supports {', '.join(spec.devices)})")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"invalid batch size {batch_size}; accepted: a positive integer")
+    if size == "full":
+        from .capacity import check_memory_need, device_memory_gib, memory_need_gib
+
+        need = memory_need_gib(spec.extra, mode)
+        reason = need and check_memory_need(name, mode, need, device_memory_gib(dev))
+        if reason:
+            raise UnsupportedError(reason)
     ctx = BuildContext(
         name=name,
         mode=mode,

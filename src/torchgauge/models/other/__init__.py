@@ -29,4 +29,5 @@ from . import (  # noqa: F401  (registers models)
     schnet,
     svgp,
     temporal_fusion_transformer,
+    unbacked_tolist,
 )

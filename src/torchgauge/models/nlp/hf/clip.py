@@ -13,7 +13,10 @@ classification.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
+
+import torch
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
@@ -85,3 +88,77 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
 def hf_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CLIP ViT-B/32 (CLIPModel), 224x224 images and 77-token captions."""
     return create_hf_workload(ctx, CLIP_VIT_BASE_PATCH32, **kwargs)
+
+
+def prompt_tokens(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Token ids ``(B, seq_len)`` below 32,000, as TorchBench draws them for this encoder."""
+    return {"input_ids": ctx.randint(0, min(32000, config.vocab_size), (ctx.batch_size, seq_len))}
+
+
+# Stable Diffusion 2's text encoder (stabilityai/stable-diffusion-2, text_encoder/config.json):
+# OpenCLIP ViT-H/14's text tower, 23 of its 24 layers (SD2 takes the penultimate layer).
+# TorchBench's get_module() times it on (1, 10) random token ids.
+SD2_TEXT_ENCODER = HFModelSpec(
+    checkpoint="stabilityai/stable-diffusion-2 (text_encoder)",
+    config_class="CLIPTextConfig",
+    model_class="CLIPTextModel",
+    config={
+        "vocab_size": 49408,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 23,
+        "num_attention_heads": 16,
+        "max_position_embeddings": 77,
+        "hidden_act": "gelu",
+        "projection_dim": 512,
+        "pad_token_id": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+    },
+    seq_len=(10, 10),
+    inputs=prompt_tokens,
+    smoke_seq_len=10,
+    smoke_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+)
+
+
+@register_model(
+    domain="vision", task="generation",
+    source="Rombach et al., Stable Diffusion 2, 2022; Hugging Face transformers CLIPTextModel (Apache-2.0)",
+    batch_size=1, modes=("eval",), preload=HF_PRELOAD, tags=("hf",), param_count=340_387_840,
+    hf_spec=SD2_TEXT_ENCODER,
+    notes="TorchBench times the text encoder alone on 10 tokens and implements no training",
+)  # fmt: skip
+def stable_diffusion_text_encoder(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Stable Diffusion 2's CLIP text encoder (CLIPTextModel) on 10 prompt tokens."""
+    return create_hf_workload(ctx, SD2_TEXT_ENCODER, **kwargs)
+
+
+def short_caption_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Images ``(B, 3, S, S)`` and one-word captions ``(B, seq_len)``: <start> word <end>, zero-padded.
+
+    torch_multimodal_clip's ``CLIPTextTransform`` turns its captions ("pizza", "dog", ...) into
+    exactly that: three real tokens in a 77-token context.
+    """
+    text = config.text_config
+    inputs = image_text_inputs(ctx, config, seq_len)
+    ids = torch.zeros(ctx.batch_size, seq_len, dtype=torch.long, device=ctx.device)
+    ids[:, 0] = text.bos_token_id
+    ids[:, 1] = ctx.randint(0, min(text.bos_token_id, text.vocab_size), (ctx.batch_size,))
+    ids[:, 2] = text.eos_token_id
+    inputs["input_ids"] = ids
+    return inputs
+
+
+TORCH_MULTIMODAL_CLIP = replace(CLIP_VIT_BASE_PATCH32, inputs=short_caption_inputs)
+
+
+@register_model(
+    domain="vision", task="contrastive_image_text",
+    source="Radford et al., CLIP, 2021; TorchMultimodal clip_vit_b32 (as Hugging Face transformers CLIPModel)",
+    batch_size=(32, 32), preload=HF_PRELOAD, tags=("hf",), param_count=151_277_313, hf_spec=TORCH_MULTIMODAL_CLIP,
+    notes="TorchMultimodal's ViT-B/32 CLIP with its contrastive loss with learnable temperature; one-word captions",
+)  # fmt: skip
+def torch_multimodal_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """CLIP ViT-B/32 on 224x224 images and one-word captions; AdamW (5e-4, wd 1e-4, eps 1e-6)."""
+    return create_hf_workload(ctx, TORCH_MULTIMODAL_CLIP, **kwargs)

@@ -77,3 +77,57 @@ WHISPER_TINY = HFModelSpec(
 def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Whisper-tiny (WhisperForConditionalGeneration), 3000 mel frames, 448 decoder tokens."""
     return create_hf_workload(ctx, WHISPER_TINY, **kwargs)
+
+
+def features_only(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Log-mel features ``(B, n_mels, 2 * max_source_positions)``: the encoder's whole input."""
+    return {"input_features": ctx.randn(ctx.batch_size, config.num_mel_bins, 2 * config.max_source_positions)}
+
+
+# TorchBench's hf_distil_whisper: AutoModelForAudioClassification over the distil-medium.en
+# config (basic_configs.py), i.e. WhisperForAudioClassification: the 24-layer medium encoder,
+# a 256-wide projector and a 2-way classifier; the 2-layer decoder is not part of it.
+DISTIL_WHISPER_MEDIUM_EN = HFModelSpec(
+    checkpoint="distil-whisper/distil-medium.en",
+    config_class="WhisperConfig",
+    model_class="WhisperForAudioClassification",
+    config={
+        "vocab_size": 51864,
+        "num_mel_bins": 80,
+        "d_model": 1024,
+        "encoder_layers": 24,
+        "decoder_layers": 2,
+        "encoder_attention_heads": 16,
+        "decoder_attention_heads": 16,
+        "encoder_ffn_dim": 4096,
+        "decoder_ffn_dim": 4096,
+        "max_source_positions": 1500,
+        "max_target_positions": 448,
+        "activation_function": "gelu",
+    },
+    seq_len=(3000, 3000),  # mel frames (the encoder's fixed 30 s window)
+    inputs=features_only,
+    smoke_config={
+        "d_model": 32,
+        "encoder_layers": 2,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+        "max_source_positions": 16,  # 32 frames
+        "max_target_positions": 16,
+    },
+)
+
+
+@register_model(
+    domain="speech", task="speech_recognition",
+    source="Gandhi et al., Distil-Whisper, 2023; Hugging Face transformers (Apache-2.0); TorchBench hf_distil_whisper",
+    batch_size=(8, 1), modes=("eval",), preload=HF_PRELOAD, tags=("hf",), param_count=307_479_298,
+    hf_spec=DISTIL_WHISPER_MEDIUM_EN,
+    notes="TorchBench times WhisperForAudioClassification (encoder + classifier) and implements no training",
+)  # fmt: skip
+def hf_distil_whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """distil-medium.en encoder with an audio-classification head, on 3000 mel frames."""
+    return create_hf_workload(ctx, DISTIL_WHISPER_MEDIUM_EN, **kwargs)

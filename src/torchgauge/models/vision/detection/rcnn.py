@@ -247,3 +247,18 @@ def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
 def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
     return _create_rcnn(ctx, **{**_TORCHVISION, "depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
+
+
+@register_model(
+    domain="vision", task="instance_segmentation",
+    source=DETECTRON2_SOURCE + "; LazyConfig common/models/mask_rcnn_fpn.py (TorchBench detectron2_maskrcnn)",
+    batch_size=(1, 1), param_count=44_343_216,
+    notes="the network of detectron2_maskrcnn_r_50_fpn built from Detectron2's LazyConfig; TorchBench trains it by SGD at lr 0",
+)  # fmt: skip
+def detectron2_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """Mask R-CNN R50-FPN from Detectron2's LazyConfig model zoo; training steps ``SGD(params, lr=0.0)``."""
+    workload = _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", mask_on=True, **kwargs))
+    if ctx.train:  # TorchBench: torch.optim.SGD(self.model.parameters(), 0.0): no momentum, no decay
+        workload.optimizer = torch.optim.SGD([p for p in workload.module.parameters() if p.requires_grad], lr=0.0)
+        workload.updates_parameters = False  # lr 0: the step runs, the weights stay
+    return workload

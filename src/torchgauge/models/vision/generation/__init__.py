@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (registers models)
     glow,
     neural_style,
     sagan,
+    stable_diffusion_unet,
     stargan,
     super_slomo,
     unet,

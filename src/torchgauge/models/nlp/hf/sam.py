@@ -1,0 +1,117 @@
+"""Segment Anything (ViT-H) as TorchBench times it: one image, one point prompt, three masks.
+
+Paper: Kirillov et al., Segment Anything, 2023. Implementation: Hugging Face transformers
+``SamModel`` (Apache-2.0), random-initialised from the facebook/sam-vit-huge config: a ViT-H/16
+image encoder (32 layers of width 1280, 14x14 windowed attention with global attention at layers
+7, 15, 23 and 31, relative positions), the prompt encoder and the two-way-transformer mask
+decoder: 641,090,864 parameters (the original checkpoint has 641,090,608; transformers adds a
+shared positional embedding).
+
+TorchBench's ``sam`` eval runs ``SamPredictor``: ``set_image`` resizes a 1800x1200 photo so its
+longest side is 1024, normalises and pads it to 1024x1024 and encodes it; ``predict`` with one
+foreground point at (500, 375) and ``multimask_output=True`` decodes three low-resolution masks,
+upsamples them to the original size and thresholds them. :class:`SegmentAnythingWorkload`
+does the same steps on a seeded synthetic photo (the resize with ``F.interpolate`` on the device,
+where the predictor uses PIL on the host). TorchBench declares an eval batch of 32 but its step
+handles one image; we declare the batch that runs, 1. No training (TorchBench has none).
+
+``sam_fast`` is TorchBench's segment-anything-fast variant of the same network: bfloat16 weights
+and its CUDA kernels, so it runs on CUDA only (TorchBench marks CPU not implemented).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from ....registry import register_model
+from ....workload import BuildContext, UnsupportedError, Workload
+from .factory import ATTN_IMPLEMENTATION, HF_PRELOAD, import_transformers
+
+SAM_VIT_H = {
+    "hidden_size": 1280,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "global_attn_indexes": [7, 15, 23, 31],
+    "mlp_dim": 5120,
+    "output_channels": 256,
+    "image_size": 1024,
+    "patch_size": 16,
+}
+# Smoke: the same modules at 64 px with two narrow encoder layers (one windowed, one global).
+SAM_SMOKE = {**SAM_VIT_H, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "global_attn_indexes": [1], "mlp_dim": 64, "image_size": 64, "window_size": 2}  # fmt: skip
+PHOTO_HW = (1200, 1800)  # TorchBench's truck.jpg
+POINT_XY = (500.0, 375.0)  # TorchBench's prompt, in original pixel coordinates
+PIXEL_MEAN = (123.675, 116.28, 103.53)
+PIXEL_STD = (58.395, 57.12, 57.375)
+
+
+class SegmentAnythingWorkload(Workload):
+    """``set_image`` + ``predict(point, multimask_output=True)``: masks ``(1, 3, H, W)`` as booleans."""
+
+    def __init__(self, ctx: BuildContext, module: torch.nn.Module, photo: torch.Tensor, point: torch.Tensor) -> None:
+        super().__init__(ctx, module, (photo, point))
+        self.side = module.config.vision_config.image_size
+
+    def forward(self) -> Any:
+        photo, point = self.inputs  # (H, W, 3) in 0..255, (2,) as (x, y)
+        h, w = photo.shape[:2]
+        scale = self.side / max(h, w)
+        new_hw = (int(h * scale + 0.5), int(w * scale + 0.5))  # ResizeLongestSide
+        image = F.interpolate(photo.permute(2, 0, 1)[None], size=new_hw, mode="bilinear", antialias=True)
+        mean = image.new_tensor(PIXEL_MEAN).view(1, 3, 1, 1)
+        std = image.new_tensor(PIXEL_STD).view(1, 3, 1, 1)
+        image = F.pad((image - mean) / std, (0, self.side - new_hw[1], 0, self.side - new_hw[0]))
+        points = (point * scale).view(1, 1, 1, 2)  # (batch, point batch, points, xy)
+        labels = torch.ones(1, 1, 1, dtype=torch.long, device=point.device)
+        out = self.module(pixel_values=image, input_points=points, input_labels=labels, multimask_output=True)
+        low_res = out.pred_masks[:, 0]  # (1, 3, 256, 256) at side / 4
+        masks = F.interpolate(low_res, size=(self.side, self.side), mode="bilinear", align_corners=False)
+        masks = masks[..., : new_hw[0], : new_hw[1]]
+        masks = F.interpolate(masks, size=(h, w), mode="bilinear", align_corners=False)
+        return masks > 0.0, out.iou_scores, low_res
+
+
+def _create_sam(ctx: BuildContext, dtype: torch.dtype = torch.float32, **overrides: Any) -> Workload:
+    transformers = import_transformers()
+    vision = {**(SAM_SMOKE if ctx.smoke else SAM_VIT_H), **overrides}
+    # The prompt encoder's dense grid must match the encoder's (image_size / patch_size per side).
+    prompt = {"image_size": vision["image_size"], "patch_size": vision["patch_size"]}
+    config = transformers.SamConfig(
+        vision_config=vision, prompt_encoder_config=prompt, attn_implementation=ATTN_IMPLEMENTATION
+    )
+    with torch.device(ctx.device):
+        model = transformers.SamModel(config).to(dtype)
+    hw = ctx.pick(PHOTO_HW, (48, 72))
+    photo = (ctx.rand(*hw, 3) * 255.0).to(dtype)  # a seeded stand-in for the photo
+    point = torch.tensor(ctx.pick(POINT_XY, (20.0, 15.0)), device=ctx.device, dtype=dtype)
+    return SegmentAnythingWorkload(ctx, model, photo, point)
+
+
+_SOURCE = "Kirillov et al., Segment Anything, 2023; Hugging Face transformers SamModel (Apache-2.0)"
+
+
+@register_model(
+    domain="vision", task="segmentation", source=_SOURCE, batch_size=1, modes=("eval",),
+    preload=HF_PRELOAD, tags=("hf",), param_count=641_090_864,
+    notes="one 1800x1200 image and one point per step, as TorchBench's SamPredictor; no training",
+)  # fmt: skip
+def sam(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """SAM ViT-H: encode a 1024-px image, decode three masks for one point, upsample, threshold."""
+    return _create_sam(ctx, **kwargs)
+
+
+@register_model(
+    domain="vision", task="segmentation", source=_SOURCE + "; segment-anything-fast (bfloat16)",
+    batch_size=1, modes=("eval",), devices=("cuda",), preload=HF_PRELOAD, tags=("hf",),
+    param_count=641_090_864,
+    notes="segment-anything-fast: bfloat16 and CUDA kernels; CUDA only (TorchBench: CPU not implemented)",
+)  # fmt: skip
+def sam_fast(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """SAM ViT-H in bfloat16 with SDPA attention, the segment-anything-fast recipe (CUDA only)."""
+    if ctx.device.type != "cuda":  # create() already refuses other devices; kept for direct calls
+        raise UnsupportedError("sam_fast needs CUDA (segment-anything-fast's bfloat16 kernels)")
+    return _create_sam(ctx, dtype=torch.bfloat16, **kwargs)

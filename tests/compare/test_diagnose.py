@@ -6,6 +6,7 @@ it) and a negative one (the clean twin triggers no rule at all).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,7 @@ def _linked(events: list[TraceEvent]) -> list[TraceEvent]:
     out = []
     for i, e in enumerate(events):
         if e.category == "runtime":
-            e = TraceEvent(**{**e.__dict__, "parent": i - 1})
+            e = dataclasses.replace(e, parent=i - 1)
         out.append(e)
     return out
 
@@ -170,7 +171,7 @@ def test_cuda_heavy_traffic_needs_both_bytes_and_time_relative_to_compute() -> N
     assert f.count == 2 and f.time_ms == pytest.approx(0.8)
     long_compute = [_ev("gemm", "kernel", 1000, 9000, device="cuda:0")]
     assert diagnose(ProfileTrace("cuda", [(0, 9000)], copies + long_compute), rules=["heavy_traffic"]) == []
-    few_bytes = [TraceEvent(**{**c.__dict__, "bytes": 1024}) for c in copies]
+    few_bytes = [dataclasses.replace(c, bytes=1024) for c in copies]
     assert diagnose(ProfileTrace("cuda", [(0, 1000)], few_bytes + small_compute), rules=["heavy_traffic"]) == []
 
 

@@ -9,8 +9,9 @@ hand. Times are microseconds from the start of the trace.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "CATEGORIES",
@@ -18,8 +19,11 @@ __all__ = [
     "Frame",
     "ProfileTrace",
     "TraceEvent",
+    "link_parents",
     "memcpy_direction",
     "parse_frame",
+    "python_stack",
+    "step_index",
     "top_level",
 ]
 
@@ -33,9 +37,9 @@ _DIRECTION_NAMES = {"htod": "h2d", "dtoh": "d2h", "dtod": "d2d", "htoh": "h2h", 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceEvent:
-    """One profiler event, with plain fields only."""
+    """One profiler event, with plain fields only (slotted: an imported trace holds millions)."""
 
     name: str
     category: str  # one of CATEGORIES
@@ -153,3 +157,60 @@ def top_level(events: Iterable[TraceEvent], category: str = "cpu_op") -> list[Tr
                 open_end = e.end_us
     out.sort(key=lambda e: e.start_us)
     return out
+
+
+# Host categories that nest: a host event's parent is the innermost one of these enclosing it.
+NESTING_CATEGORIES = frozenset({"python", "cpu_op", "annotation", "runtime", "sync"})
+
+
+def link_parents(spans: Sequence[tuple[float, float, int, str]]) -> list[int | None]:
+    """Parent index of each host event: the innermost enclosing nesting event on its thread.
+
+    Args:
+        spans: ``(start_us, end_us, thread, category)`` per event, in trace order.
+
+    Returns:
+        One entry per span: the index of its parent, or None (device events, outermost events).
+    """
+    parents: list[int | None] = [None] * len(spans)
+    by_thread: dict[int, list[int]] = {}
+    for i, (_, _, thread, cat) in enumerate(spans):
+        if cat in NESTING_CATEGORIES:
+            by_thread.setdefault(thread, []).append(i)
+    for idxs in by_thread.values():
+        idxs.sort(key=lambda i: (spans[i][0], -spans[i][1]))
+        open_: list[int] = []
+        for i in idxs:
+            while open_ and spans[open_[-1]][1] <= spans[i][0]:
+                open_.pop()
+            # Events can overlap without nesting (record_function starts inside the Python
+            # call that enters it): the parent is the innermost open event containing it.
+            for j in reversed(open_):
+                if spans[i][1] <= spans[j][1]:
+                    parents[i] = j
+                    break
+            open_.append(i)
+    return parents
+
+
+def python_stack(index: int, parents: Sequence[int | None], python_names: Sequence[str | None]) -> tuple[str, ...]:
+    """Names of the Python frames enclosing event ``index``, innermost first.
+
+    ``python_names[i]`` is event i's name when it is a Python frame, else None.
+    """
+    frames = []
+    p = parents[index]
+    while p is not None:
+        if python_names[p] is not None:
+            frames.append(python_names[p])
+        p = parents[p]
+    return tuple(frames)
+
+
+def step_index(t: float, starts: Sequence[float]) -> int | None:
+    """Index of the last step (by sorted ``starts``) started at or before ``t``; None before the first.
+
+    Steps are contiguous in a training loop: an event belongs to the last step started before it.
+    """
+    i = bisect_right(starts, t)
+    return i - 1 if i else None

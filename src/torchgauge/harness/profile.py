@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .events import ProfileTrace, TraceEvent, memcpy_direction
+from .events import ProfileTrace, TraceEvent, link_parents, memcpy_direction, python_stack, step_index
 from .timer import device_sync
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,54 +203,18 @@ def _convert(results: Any, kind: str, device: str) -> ProfileTrace:
                    if r["category"] == "annotation" and r["name"].startswith(STEP_PREFIX))
     if not steps:
         raise RuntimeError("the profiler recorded no step annotations; is another profiler already running?")
-    _link_parents(rows)
-    for r in rows:
-        r["step"] = _step_of(r["start_us"], steps)
-        if r["category"] in ("cpu_op", "sync", "runtime"):
-            r["stack"] = _python_stack(rows, r)
-    return ProfileTrace(kind=kind, steps=steps, events=[TraceEvent(**r) for r in rows], device=device)
-
-
-def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
-    # Steps are contiguous in the loop; an event belongs to the last step started before it.
-    if t < steps[0][0]:
-        return None
-    idx = 0
-    for i, (s, _) in enumerate(steps):
-        if s <= t:
-            idx = i
-    return idx
-
-
-def _link_parents(rows: list[dict[str, Any]]) -> None:
-    # Parent = innermost enclosing host event on the same thread (python, op or annotation).
-    by_thread: dict[int, list[int]] = {}
+    host_parents = link_parents([(r["start_us"], r["end_us"], r["thread"], r["category"]) for r in rows])
+    for r, p in zip(rows, host_parents):
+        if p is not None:
+            r["parent"] = p
+    parents = [r.get("parent") for r in rows]
+    python_names = [r["name"] if r["category"] == "python" else None for r in rows]
+    starts = [s for s, _ in steps]
     for i, r in enumerate(rows):
-        if r["category"] in ("python", "cpu_op", "annotation", "runtime", "sync"):
-            by_thread.setdefault(r["thread"], []).append(i)
-    for idxs in by_thread.values():
-        idxs.sort(key=lambda i: (rows[i]["start_us"], -rows[i]["end_us"]))
-        open_: list[int] = []
-        for i in idxs:
-            while open_ and rows[open_[-1]]["end_us"] <= rows[i]["start_us"]:
-                open_.pop()
-            # Events can overlap without nesting (record_function starts inside the Python
-            # call that enters it): the parent is the innermost open event containing it.
-            for j in reversed(open_):
-                if rows[i]["end_us"] <= rows[j]["end_us"]:
-                    rows[i]["parent"] = j
-                    break
-            open_.append(i)
-
-
-def _python_stack(rows: list[dict[str, Any]], row: dict[str, Any]) -> tuple[str, ...]:
-    frames = []
-    p = row.get("parent")
-    while p is not None:
-        if rows[p]["category"] == "python":
-            frames.append(rows[p]["name"])
-        p = rows[p].get("parent")
-    return tuple(frames)
+        r["step"] = step_index(r["start_us"], starts)
+        if r["category"] in ("cpu_op", "sync", "runtime"):
+            r["stack"] = python_stack(i, parents, python_names)
+    return ProfileTrace(kind=kind, steps=steps, events=[TraceEvent(**r) for r in rows], device=device)
 
 
 class _CallLineRecorder(TorchDispatchMode):

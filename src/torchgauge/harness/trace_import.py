@@ -7,8 +7,8 @@ without torch, one event at a time (:mod:`.json_stream`), into the same plain re
 Reading rules:
 
 - Complete events (``"ph": "X"``) with a number ``ts`` and ``dur`` are kept; times are
-  microseconds (floats where the profiler recorded nanosecond resolution), shifted so that
-  the first event kept starts near 0. Everything else (metadata, flow arrows, counters,
+  microseconds (floats where the profiler recorded nanosecond resolution), shifted by a
+  whole number of microseconds so that the first event kept starts in [0, 1). Everything else (metadata, flow arrows, counters,
   instants, unknown categories, events missing a field) is skipped and counted by reason.
 - The category comes from ``cat``: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` and
   ``cuda_sync`` run on a device (``args.device``, else the process id) and stream
@@ -28,6 +28,7 @@ Reading rules:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -128,8 +129,8 @@ class _Builder:
             self.skipped["missing or invalid name/ts/dur"] += 1
             return
         args = raw.get("args") if isinstance(raw.get("args"), dict) else {}
-        if self.origin is None:
-            self.origin = ts
+        if self.origin is None:  # a whole microsecond, so fractions stay as recorded
+            self.origin = math.floor(ts)
         start = ts - self.origin
         name = sys.intern(name)
         corr = args.get("correlation")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare.diagnose import Finding, diagnose
-from .harness.breakdown import breakdown, step_windows
+from .harness.breakdown import breakdown, step_breakdowns
 from .harness.events import ProfileTrace
 from .harness.trace_import import ImportedTrace, read_trace
 from .report.kernels import TOP_KERNELS, KernelRow, kernel_type_shares, launches_per_step, top_kernels
@@ -69,8 +69,7 @@ class DeviceDiagnosis:
 
 
 def _analyse(imported: ImportedTrace, device: str, trace: ProfileTrace, top: int) -> DeviceAnalysis:
-    windows = step_windows(trace)
-    per_step = [breakdown(trace, w) for w in windows] if len(windows) > 1 else []
+    per_step = step_breakdowns(trace) if len(trace.steps) > 1 else []
     on_device = trace.kind == "cuda"
     return DeviceAnalysis(
         file=imported.path, device=device, platform=imported.platform, rank=imported.rank,

@@ -179,16 +179,19 @@ def link_parents(spans: Sequence[tuple[float, float, int, str]]) -> list[int | N
             by_thread.setdefault(thread, []).append(i)
     for idxs in by_thread.values():
         idxs.sort(key=lambda i: (spans[i][0], -spans[i][1]))
+        # A stack whose ends shrink toward the top: an open event that ends before a newer
+        # one (overlapping it without nesting: record_function starts inside the Python call
+        # that enters it) can contain nothing the newer one does not, so it is dropped. The
+        # parent is then the top, when anything is left open. Linear in the events.
         open_: list[int] = []
         for i in idxs:
-            while open_ and spans[open_[-1]][1] <= spans[i][0]:
+            start, end = spans[i][0], spans[i][1]
+            while open_ and spans[open_[-1]][1] <= start:
                 open_.pop()
-            # Events can overlap without nesting (record_function starts inside the Python
-            # call that enters it): the parent is the innermost open event containing it.
-            for j in reversed(open_):
-                if spans[i][1] <= spans[j][1]:
-                    parents[i] = j
-                    break
+            while open_ and spans[open_[-1]][1] < end:
+                open_.pop()
+            if open_:
+                parents[i] = open_[-1]
             open_.append(i)
     return parents
 

@@ -16,6 +16,7 @@ Device-side synchronisation records (``sync`` events on a device) are ``other``.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .events import TraceEvent
 
@@ -36,11 +37,15 @@ def kernel_type(event: TraceEvent) -> str:
         >>> kernel_type(TraceEvent("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", 0, 1, device="cuda:0"))
         'communication'
     """
-    if event.category in ("memcpy", "memset"):
+    return _kernel_type(event.category, event.name)
+
+
+@lru_cache(maxsize=1 << 16)  # a trace repeats a few thousand names millions of times
+def _kernel_type(category: str, name: str) -> str:
+    if category in ("memcpy", "memset"):
         return "memory"
-    if event.category != "kernel":
+    if category != "kernel":
         return "other"
-    name = event.name
     if _COMMUNICATION_RE.match(name):
         return "communication"
     if _MEMORY_RE.match(name):

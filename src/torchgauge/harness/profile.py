@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
 __all__ = ["PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "model_source_files", "profile_for_diagnosis",
-           "profile_steps", "profile_workload", "record_call_lines", "trace_file_path"]
+           "profile_steps", "profile_workload", "record_call_lines", "record_call_sites", "trace_file_path", "CallSites", "INTERNAL_PATHS"]
 
 STEP_PREFIX = "torchgauge.step#"
 # Steps run under the profiler before recording starts (its own start-up cost lands there).
@@ -217,38 +217,73 @@ def _convert(results: Any, kind: str, device: str) -> ProfileTrace:
     return ProfileTrace(kind=kind, steps=steps, events=[TraceEvent(**r) for r in rows], device=device)
 
 
+# Code whose operator calls are not the user's to attribute: the optimizers' internals (Adam
+# reads its step counts with .item()); a call under one of these frames is left out of the lines.
+INTERNAL_PATHS = ("/torch/optim/",)
+
+
+@dataclass
+class CallSites:
+    """Exact call lines of one step's ATen ops, and which calls raised.
+
+    Both map ``(op, file, function's first line)`` to ``{call line: calls}``.
+    """
+
+    lines: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    raised: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+
+
 class _CallLineRecorder(TorchDispatchMode):
-    """For every ATen op call: the Python frames (file, first line, call line) that led to it."""
+    """For every ATen op call: the Python frames (file, first line, call line) that led to it,
+    and the same for calls that raised (a c10::Error surfacing as a Python exception)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lines: Counter[tuple[str, str, int, int]] = Counter()
+        self.sites = CallSites()
+
+    def _record(self, table: dict, op: str, frame: Any) -> None:
+        while frame is not None:
+            code = frame.f_code
+            by_line = table.setdefault((op, code.co_filename, code.co_firstlineno), {})
+            by_line[frame.f_lineno] = by_line.get(frame.f_lineno, 0) + 1
+            frame = frame.f_back
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         op = f"{getattr(func, 'namespace', 'aten')}::{func.overloadpacket.__name__}"
-        frame = sys._getframe(1)
-        while frame is not None:
-            code = frame.f_code
-            self.lines[(op, code.co_filename, code.co_firstlineno, frame.f_lineno)] += 1
+        caller = sys._getframe(1)
+        frame, internal = caller, False
+        while frame is not None and not internal:
+            internal = any(p in frame.f_code.co_filename.replace(os.sep, "/") for p in INTERNAL_PATHS)
             frame = frame.f_back
-        return func(*args, **(kwargs or {}))
+        if not internal:
+            self._record(self.sites.lines, op, caller)
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if not internal:
+                self._record(self.sites.raised, op, caller)
+            raise
 
 
-def record_call_lines(step: Callable[[], Any]) -> dict[tuple[str, str, int], dict[int, int]]:
-    """Run one ``step`` under a dispatch mode and return exact call lines.
+def record_call_sites(step: Callable[[], Any]) -> CallSites:
+    """Run one ``step`` under a dispatch mode and return its ops' exact call lines.
 
     The profiler names a Python frame by its function's *first* line; this maps
-    ``(op, file, first line)`` to ``{call line: calls}`` so a finding can name the line itself.
-    Ops reached only through composite ones are named as they reach the dispatcher (``.item()``
-    appears as ``aten::_local_scalar_dense``). Backward ops have no Python frames.
+    ``(op, file, first line)`` to ``{call line: calls}`` so a finding can name the line itself
+    (and split one function's calls of an op by line). Ops reached only through composite ones
+    are named as they reach the dispatcher (``.item()`` appears as
+    ``aten::_local_scalar_dense``, ``.tolist()`` as ``aten::resolve_conj``). Backward ops have no
+    Python frames; calls made inside :data:`INTERNAL_PATHS` are left out.
     """
     rec = _CallLineRecorder()
     with rec:
         step()
-    out: dict[tuple[str, str, int], dict[int, int]] = {}
-    for (op, file, first, line), n in rec.lines.items():
-        out.setdefault((op, file, first), {})[line] = out.get((op, file, first), {}).get(line, 0) + n
-    return out
+    return rec.sites
+
+
+def record_call_lines(step: Callable[[], Any]) -> dict[tuple[str, str, int], dict[int, int]]:
+    """The ``lines`` of :func:`record_call_sites`."""
+    return record_call_sites(step).lines
 
 
 def model_source_files(workload: "Workload", builder: Callable[..., Any] | None = None) -> tuple[str, ...]:
@@ -275,15 +310,16 @@ def model_source_files(workload: "Workload", builder: Callable[..., Any] | None 
 
 def profile_for_diagnosis(workload: "Workload", steps: int = 3, *, warmup: int = 2,
                           builder: Callable[..., Any] | None = None,
-                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, dict, tuple[str, ...]]:
+                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, CallSites, tuple[str, ...]]:
     """Warm up, then profile ``steps`` steps with Python stacks and record exact call lines.
 
     Returns:
-        (trace, call_lines, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`.
+        (trace, call_sites, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`
+        (``call_lines=call_sites.lines, raised=call_sites.raised``).
     """
     for _ in range(warmup):
         workload.step()
     device_sync(workload.device)()
     trace = profile_workload(workload, steps, with_stack=True, trace_path=trace_path)
-    call_lines = record_call_lines(workload.step)
-    return trace, call_lines, model_source_files(workload, builder)
+    call_sites = record_call_sites(workload.step)
+    return trace, call_sites, model_source_files(workload, builder)

@@ -91,6 +91,8 @@ def analyse_trace_file(path: str | os.PathLike, *, top: int = TOP_KERNELS) -> li
         >>> [a.breakdown["fractions"]["idle"] for a in analyse_trace_file("rank0.json.gz")]  # doctest: +SKIP
     """
     imported = read_trace(path, host=False)
+    if imported.platform == "cpu":  # no device activity: the CPU breakdown needs the host operators
+        imported = read_trace(path, host=True)
     return [_analyse(imported, dev, tr, top) for dev, tr in imported.traces.items()]
 
 

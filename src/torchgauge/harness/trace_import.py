@@ -16,7 +16,7 @@ Reading rules:
   ``user_annotation`` and the runtime/driver calls are host events. A device's
   ``cuda_sync`` records (stream waits, stream and context syncs) are kept as ``sync``
   events on the device: they are not work, so no breakdown counts them busy.
-- Steps are the ``ProfilerStep#N`` annotations (or torchgauge's ``torchgauge.step#N``).
+- Steps are torchgauge's ``torchgauge.step#N`` annotations, else ``ProfilerStep#N``.
   Without any, the whole trace is one step: the device's first to last event (host events
   for a trace with no device activity).
 - A device event's step is its launching runtime call's step (linked by ``correlation``),
@@ -245,15 +245,18 @@ def _is_number(x: Any) -> bool:
 
 def _step_spans(rows: Iterable[tuple]) -> list[tuple[float, float]]:
     # One span per step number (a step annotated on several threads keeps its outermost span).
-    spans: dict[int, tuple[float, float]] = {}
+    # torchgauge's own annotations win over torch.profiler's: a trace from torchgauge's
+    # --profile has both, and ProfilerStep#N there also counts the warm-up step.
+    spans: dict[str, dict[int, tuple[float, float]]] = {"torchgauge": {}, "ProfilerStep": {}}
     for name, cat, start, end, *_ in rows:
         if cat == "annotation":
             m = STEP_NAME_RE.match(name)
             if m:
+                family = spans["torchgauge" if name.startswith("torchgauge") else "ProfilerStep"]
                 n = int(m.group(1))
-                s, t = spans.get(n, (start, end))
-                spans[n] = (min(s, start), max(t, end))
-    return sorted(spans.values())
+                s, t = family.get(n, (start, end))
+                family[n] = (min(s, start), max(t, end))
+    return sorted((spans["torchgauge"] or spans["ProfilerStep"]).values())
 
 
 def _device_order(dev: str) -> int:

@@ -81,12 +81,6 @@ class ImportedTrace:
     rank: int | None = None  # distributedInfo.rank, when the job recorded it
     has_step_annotations: bool = False
 
-    def summary(self) -> dict[str, Any]:
-        """Plain description for ``--json`` output (no events)."""
-        return {"path": self.path, "platform": self.platform, "rank": self.rank, "events_read": self.events_read,
-                "skipped": dict(self.skipped), "devices": list(self.traces),
-                "steps_annotated": self.has_step_annotations}
-
 
 class _Builder:
     """Accumulates converted events; one pass over the file."""

@@ -37,8 +37,10 @@ PLANTED = {
 }
 CLEAN = ["planted_clean_foreach_zero", "planted_clean_scalar", "planted_clean_resident", "planted_clean_nosync",
          "planted_clean_busy"]
-# Attribution corner cases: model -> [(rule, text on the reported line, calls per step), ...], exactly.
+# Attribution corner cases: model -> [(rule, text on the reported line, calls per step), ...], exactly
+# (None: at least one; printing makes as many reads as the formatter needs).
 CALL_SITES = {
+    "planted_bug_print": [("sync", "print(h[0, :4]", None)],
     "planted_bug_loss_item_after_adam": [("sync", "loss.item()", 1)],
     "planted_bug_two_tensor_lines": [("tiny_h2d", "torch.tensor(0.5)", 1), ("tiny_h2d", "torch.tensor([1.0, 2.0])", 1)],
     "planted_bug_tolist": [("sync", ".tolist()", 1)],
@@ -105,7 +107,8 @@ def test_one_finding_per_call_site_on_the_users_line(diagnosed, name) -> None:
     expected = sorted(CALL_SITES[name])
     assert len(found) == len(expected), diagnosed[name].findings
     for (rule, line, count), (want_rule, text, want_count) in zip(found, expected):
-        assert (rule, count) == (want_rule, want_count) and text in line, (line, text)
+        assert rule == want_rule and text in line, (line, text)
+        assert count == want_count if want_count is not None else count >= 1
     assert all(f.time_ms > 0 for f in diagnosed[name].findings)
 
 

@@ -138,12 +138,14 @@ class Finding:
 
 
 CallLines = Mapping[tuple[str, str, int], Mapping[int, int]]
+Callers = Mapping[tuple[str, int], Mapping[tuple[str, int, int], int]]
 # One place a finding is attributed to, and the share of the group's calls made there.
 _Site = tuple[str | None, float]
 
 
 def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines: CallLines | None = None,
-             raised: CallLines | None = None, rules: Iterable[str] = RULES) -> list[Finding]:
+             raised: CallLines | None = None, callers: Callers | None = None,
+             rules: Iterable[str] = RULES) -> list[Finding]:
     """Apply ``rules`` to ``trace``; findings sorted by time cost per step, largest first.
 
     Args:
@@ -153,9 +155,11 @@ def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines
         call_lines: ``CallSites.lines`` from :func:`torchgauge.harness.profile.record_call_sites`,
             to turn a function's first line (what the profiler records) into calling lines.
         raised: ``CallSites.raised``: the calls that raised (the ``exception`` rule needs it).
+        callers: ``CallSites.callers``: the line of the model's function that called a library
+            function an operator was reached through (``print(t)``).
         rules: subset of :data:`RULES`.
     """
-    ctx = _Context(trace, tuple(model_files), call_lines or {}, raised or {})
+    ctx = _Context(trace, tuple(model_files), call_lines or {}, raised or {}, callers or {})
     found: list[Finding] = []
     for rule in rules:
         if rule not in RULES:
@@ -168,12 +172,13 @@ class _Context:
     """Shared look-ups over one trace."""
 
     def __init__(self, trace: ProfileTrace, model_files: tuple[str, ...], call_lines: CallLines,
-                 raised: CallLines) -> None:
+                 raised: CallLines, callers: Callers) -> None:
         self.trace = trace
         self.k = len(trace.steps)
         self.model_files = tuple(os.path.normpath(f) for f in model_files)
         self.call_lines = call_lines
         self.raised = raised
+        self.callers = callers
         self.in_steps = [e for e in trace.events if e.step is not None]
         self.index = {id(e): i for i, e in enumerate(trace.events)}
         self.top_ops = [e for e in top_level(e for e in self.in_steps if is_aten_op(e))]
@@ -268,7 +273,10 @@ class _Context:
         chosen = self._user_frame(frames)
         if chosen is None:
             return [(None, 1.0)]
-        lines = self._call_lines(chosen.file, chosen.line, tuple(ops), self.call_lines if table is None else table)
+        entry = _library_entry(self, tuple(frames))
+        lines = self._caller_lines(chosen, entry[1]) if entry is not None and table is None else {}
+        if not lines:
+            lines = self._call_lines(chosen.file, chosen.line, tuple(ops), self.call_lines if table is None else table)
         if not lines:
             return [(f"{chosen.file}:{chosen.line} in {chosen.func} (function start)", 1.0)]
         n = sum(lines.values())
@@ -277,6 +285,19 @@ class _Context:
     def source(self, frames: Sequence[str], ops: Sequence[str] = ()) -> str | None:
         """The calling line with the most calls (for findings that are one place by nature)."""
         return max(self.call_sites(frames, ops), key=lambda site: site[1])[0]
+
+    def _caller_lines(self, user: Frame, callee: Frame) -> dict[int, int]:
+        """Lines of ``user``'s function that called ``callee`` (from the call-site pass)."""
+        callee_file = os.path.normpath(callee.file)
+        user_file = os.path.normpath(user.file)
+        lines: Counter[int] = Counter()
+        for (file, first), sites in self.callers.items():
+            if first != callee.line or not _same_file(file, callee_file):
+                continue
+            for (caller_file, caller_first, line), n in sites.items():
+                if caller_first == user.line and _same_file(caller_file, user_file):
+                    lines[line] += n
+        return dict(lines)
 
     def _call_lines(self, file: str, first_line: int, ops: tuple[str, ...], table: CallLines) -> dict[int, int]:
         # The first operator name with a recorded call in that function decides.
@@ -289,6 +310,12 @@ class _Context:
             if lines:
                 return dict(lines)
         return {}
+
+
+def _same_file(recorded: str, named: str) -> bool:
+    # The profiler may name a file relative to a sys.path entry; the interpreter names it in full.
+    recorded = os.path.normpath(recorded)
+    return recorded == named or recorded.endswith(os.sep + named) or named.endswith(os.sep + recorded)
 
 
 def _is_harness(file: str) -> bool:
@@ -320,11 +347,42 @@ def _descendant_names(ctx: _Context, root: TraceEvent) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _library_entry(ctx: _Context, frames: tuple[str, ...]) -> tuple[Frame, Frame] | None:
+    """(model frame, library frame it calls) when the operator is reached through library code
+    (``print(t)`` -> ``torch/_tensor.py: __format__`` -> ...), else None."""
+    user = ctx._user_frame(frames)
+    if user is None:
+        return None
+    inner = None
+    for f in frames:
+        p = parse_frame(f)
+        if p == user:
+            return (user, inner) if inner is not None else None
+        if p is not None:
+            inner = p
+    return None
+
+
 def _split(ctx: _Context, rule: str, groups: Mapping[tuple[str, tuple], list], message) -> list[Finding]:
     """One finding per call site of each ``(operator, frames) -> [calls, time_us, names]`` group;
-    calls and measured time split by the calls recorded on each line."""
-    out = []
+    calls and measured time split by the calls recorded on each line.
+
+    Operators reached through the same library call from the same model function (the
+    several reads ``print(t)`` makes) are one call site: their groups are merged first.
+    """
+    merged: dict[Any, list] = {}
     for (op, frames), (n, t, names) in groups.items():
+        entry = _library_entry(ctx, frames)
+        key = entry if entry is not None else (op, frames)
+        g = merged.setdefault(key, [[], frames, 0, 0.0, []])
+        if op not in g[0]:
+            g[0].append(op)
+        g[2] += n
+        g[3] += t
+        g[4] += [x for x in names if x not in g[4]]
+    out = []
+    for ops, frames, n, t, names in merged.values():
+        op = " + ".join(ops)
         for src, share in ctx.call_sites(frames, names):
             count = n * share / ctx.k
             out.append(Finding(rule=rule, operator=op, count=count, time_ms=t * share / ctx.k / 1e3, source=src,

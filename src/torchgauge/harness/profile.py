@@ -224,13 +224,17 @@ INTERNAL_PATHS = ("/torch/optim/",)
 
 @dataclass
 class CallSites:
-    """Exact call lines of one step's ATen ops, and which calls raised.
+    """Exact call lines of one step's ATen ops, which calls raised, and who called each Python function.
 
-    Both map ``(op, file, function's first line)`` to ``{call line: calls}``.
+    ``lines`` and ``raised`` map ``(op, file, function's first line)`` to ``{call line: calls}``;
+    ``callers`` maps a Python function ``(file, first line)`` to ``{(caller file, caller's first
+    line, call line): calls}`` (how ``print(t)`` in a model reaches ``torch/_tensor.py``, whose
+    operators run with dispatch modes disabled and so never reach ``lines``).
     """
 
     lines: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     raised: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    callers: dict[tuple[str, int], dict[tuple[str, int, int], int]] = field(default_factory=dict)
 
 
 class _CallLineRecorder(TorchDispatchMode):
@@ -276,8 +280,22 @@ def record_call_sites(step: Callable[[], Any]) -> CallSites:
     Python frames; calls made inside :data:`INTERNAL_PATHS` are left out.
     """
     rec = _CallLineRecorder()
-    with rec:
-        step()
+    callers = rec.sites.callers
+
+    def on_event(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_back is not None:
+            back = frame.f_back
+            by_site = callers.setdefault((frame.f_code.co_filename, frame.f_code.co_firstlineno), {})
+            site = (back.f_code.co_filename, back.f_code.co_firstlineno, back.f_lineno)
+            by_site[site] = by_site.get(site, 0) + 1
+
+    previous = sys.getprofile()
+    sys.setprofile(on_event)
+    try:
+        with rec:
+            step()
+    finally:
+        sys.setprofile(previous)
     return rec.sites
 
 

@@ -68,6 +68,6 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
         model=name, mode=mode, device=device, size=size, batch_size=workload.batch_size, steps=len(trace.steps),
         span_ms=(window[1] - window[0]) / 1e3,
         findings=diagnose(trace, model_files=model_files, call_lines=call_sites.lines, raised=call_sites.raised,
-                          callers=call_sites.callers),
+                          callers=call_sites.callers, direct=call_sites.direct),
         model_files=model_files, trace_path=trace_path,
     )

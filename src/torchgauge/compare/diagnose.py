@@ -38,7 +38,15 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..harness.breakdown import clip, is_aten_op, subtract, total, union
-from ..harness.events import Frame, ProfileTrace, TraceEvent, parse_frame, top_level
+from ..harness.events import (
+    Frame,
+    ProfileTrace,
+    TraceEvent,
+    is_framework_file,
+    is_harness_file,
+    parse_frame,
+    top_level,
+)
 
 __all__ = [
     "HEAVY_TRAFFIC_MIN_BYTES",
@@ -144,7 +152,7 @@ _Site = tuple[str | None, float]
 
 
 def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines: CallLines | None = None,
-             raised: CallLines | None = None, callers: Callers | None = None,
+             raised: CallLines | None = None, callers: Callers | None = None, direct: CallLines | None = None,
              rules: Iterable[str] = RULES) -> list[Finding]:
     """Apply ``rules`` to ``trace``; findings sorted by time cost per step, largest first.
 
@@ -155,11 +163,13 @@ def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines
         call_lines: ``CallSites.lines`` from :func:`torchgauge.harness.profile.record_call_sites`,
             to turn a function's first line (what the profiler records) into calling lines.
         raised: ``CallSites.raised``: the calls that raised (the ``exception`` rule needs it).
+        direct: ``CallSites.direct``: call lines of the innermost user frame only (so a line
+            calling a helper that builds tensors is not taken for one that builds them itself).
         callers: ``CallSites.callers``: the line of the model's function that called a library
             function an operator was reached through (``print(t)``).
         rules: subset of :data:`RULES`.
     """
-    ctx = _Context(trace, tuple(model_files), call_lines or {}, raised or {}, callers or {})
+    ctx = _Context(trace, tuple(model_files), call_lines or {}, raised or {}, callers or {}, direct or {})
     found: list[Finding] = []
     for rule in rules:
         if rule not in RULES:
@@ -172,13 +182,14 @@ class _Context:
     """Shared look-ups over one trace."""
 
     def __init__(self, trace: ProfileTrace, model_files: tuple[str, ...], call_lines: CallLines,
-                 raised: CallLines, callers: Callers) -> None:
+                 raised: CallLines, callers: Callers, direct: CallLines) -> None:
         self.trace = trace
         self.k = len(trace.steps)
         self.model_files = tuple(os.path.normpath(f) for f in model_files)
         self.call_lines = call_lines
         self.raised = raised
         self.callers = callers
+        self.direct = direct
         self.in_steps = [e for e in trace.events if e.step is not None]
         self.index = {id(e): i for i, e in enumerate(trace.events)}
         self.top_ops = [e for e in top_level(e for e in self.in_steps if is_aten_op(e))]
@@ -252,12 +263,12 @@ class _Context:
         for p in (parse_frame(f) for f in frames):  # innermost first
             if p is None:
                 continue
-            if _is_harness(p.file):
+            if is_harness_file(p.file):
                 break  # what lies outside torchgauge's harness is the benchmark's caller, not the model
             parsed.append(p)
         chosen = next((p for p in parsed if self._is_model_file(p.file)), None)
         if chosen is None:
-            chosen = next((p for p in parsed if not _is_framework(p.file)), None)
+            chosen = next((p for p in parsed if not is_framework_file(p.file)), None)
         return chosen
 
     def not_the_models(self, frames: Sequence[str]) -> bool:
@@ -275,6 +286,8 @@ class _Context:
             return [(None, 1.0)]
         entry = _library_entry(self, tuple(frames))
         lines = self._caller_lines(chosen, entry[1]) if entry is not None and table is None else {}
+        if not lines and table is None:
+            lines = self._call_lines(chosen.file, chosen.line, tuple(ops), self.direct)
         if not lines:
             lines = self._call_lines(chosen.file, chosen.line, tuple(ops), self.call_lines if table is None else table)
         if not lines:
@@ -316,19 +329,6 @@ def _same_file(recorded: str, named: str) -> bool:
     # The profiler may name a file relative to a sys.path entry; the interpreter names it in full.
     recorded = os.path.normpath(recorded)
     return recorded == named or recorded.endswith(os.sep + named) or named.endswith(os.sep + recorded)
-
-
-def _is_harness(file: str) -> bool:
-    """torchgauge's own code, except its model zoo (which is the user's code here)."""
-    f = file.replace(os.sep, "/")
-    return (f.startswith("torchgauge/") or "/torchgauge/" in f) and "torchgauge/models/" not in f
-
-
-def _is_framework(file: str) -> bool:
-    """torch, Python's libraries, or torchgauge's own harness."""
-    f = file.replace(os.sep, "/")
-    return f.startswith(("torch/", "<")) or "/torch/" in f or "site-packages/" in f or "/lib/python" in f \
-        or f.startswith(("contextlib", "functools", "threading")) or _is_harness(f)
 
 
 def _descendant_names(ctx: _Context, root: TraceEvent) -> tuple[str, ...]:
@@ -380,14 +380,17 @@ def _split(ctx: _Context, rule: str, groups: Mapping[tuple[str, tuple], list], m
         g[2] += n
         g[3] += t
         g[4] += [x for x in names if x not in g[4]]
-    out = []
+    # Groups with different stacks can end on the same line (a helper called from two places):
+    # one finding per (operator, line), counts and times summed.
+    sites: dict[tuple[str, str | None], list[float]] = {}
     for ops, frames, n, t, names in merged.values():
         op = " + ".join(ops)
         for src, share in ctx.call_sites(frames, names):
-            count = n * share / ctx.k
-            out.append(Finding(rule=rule, operator=op, count=count, time_ms=t * share / ctx.k / 1e3, source=src,
-                               message=message(op, count)))
-    return out
+            acc = sites.setdefault((op, src), [0.0, 0.0])
+            acc[0] += n * share / ctx.k
+            acc[1] += t * share / ctx.k / 1e3
+    return [Finding(rule=rule, operator=op, count=count, time_ms=time_ms, source=src, message=message(op, count))
+            for (op, src), (count, time_ms) in sites.items()]
 
 
 # -- (a) launch-bound storms -------------------------------------------------------------------
@@ -443,7 +446,7 @@ def _loops_in_user_code(ctx: _Context, frames: tuple[str, ...]) -> bool:
     if inner is None:
         return True
     f = inner.file.replace(os.sep, "/")
-    return not _is_framework(f) or "torch/optim/" in f
+    return not is_framework_file(f) or "torch/optim/" in f
 
 
 def _raised_here(ctx: _Context, op: str, frames: tuple[str, ...]) -> bool:

@@ -17,6 +17,8 @@ __all__ = [
     "CATEGORIES",
     "DIRECTIONS",
     "Frame",
+    "is_framework_file",
+    "is_harness_file",
     "ProfileTrace",
     "TraceEvent",
     "link_parents",
@@ -124,6 +126,19 @@ def parse_frame(text: str) -> Frame | None:
     if m is None:
         return None
     return Frame(m.group("file"), int(m.group("line")), m.group("func"))
+
+
+def is_harness_file(file: str) -> bool:
+    """torchgauge's own code, except its model zoo (which is the user's code here)."""
+    f = file.replace("\\", "/")
+    return (f.startswith("torchgauge/") or "/torchgauge/" in f) and "torchgauge/models/" not in f
+
+
+def is_framework_file(file: str) -> bool:
+    """torch, Python's libraries or torchgauge's harness: code a finding never names."""
+    f = file.replace("\\", "/")
+    return f.startswith(("torch/", "<")) or "/torch/" in f or "site-packages/" in f or "/lib/python" in f \
+        or f.startswith(("contextlib", "functools", "threading")) or is_harness_file(f)
 
 
 def memcpy_direction(name: str) -> str | None:

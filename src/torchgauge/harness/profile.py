@@ -20,7 +20,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .events import ProfileTrace, TraceEvent, link_parents, memcpy_direction, python_stack, step_index
+from .events import (
+    ProfileTrace,
+    TraceEvent,
+    is_framework_file,
+    link_parents,
+    memcpy_direction,
+    python_stack,
+    step_index,
+)
 from .timer import device_sync
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -233,6 +241,7 @@ class CallSites:
     """
 
     lines: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    direct: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)  # innermost user frame only
     raised: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     callers: dict[tuple[str, int], dict[tuple[str, int, int], int]] = field(default_factory=dict)
 
@@ -245,11 +254,15 @@ class _CallLineRecorder(TorchDispatchMode):
         super().__init__()
         self.sites = CallSites()
 
-    def _record(self, table: dict, op: str, frame: Any) -> None:
+    def _record(self, table: dict, op: str, frame: Any, direct: dict | None = None) -> None:
         while frame is not None:
             code = frame.f_code
             by_line = table.setdefault((op, code.co_filename, code.co_firstlineno), {})
             by_line[frame.f_lineno] = by_line.get(frame.f_lineno, 0) + 1
+            if direct is not None and not is_framework_file(code.co_filename):
+                by_line = direct.setdefault((op, code.co_filename, code.co_firstlineno), {})
+                by_line[frame.f_lineno] = by_line.get(frame.f_lineno, 0) + 1
+                direct = None  # only the innermost user frame
             frame = frame.f_back
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -260,7 +273,7 @@ class _CallLineRecorder(TorchDispatchMode):
             internal = any(p in frame.f_code.co_filename.replace(os.sep, "/") for p in INTERNAL_PATHS)
             frame = frame.f_back
         if not internal:
-            self._record(self.sites.lines, op, caller)
+            self._record(self.sites.lines, op, caller, self.sites.direct)
         try:
             return func(*args, **(kwargs or {}))
         except Exception:

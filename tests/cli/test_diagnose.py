@@ -39,7 +39,7 @@ def test_bad_input_gets_one_line_error(cli) -> None:
     code, _, err = cli("diagnose", "planted_bug_synk", "--model-file", FIXTURE)
     assert code == 2 and "did you mean: planted_bug_sync" in err
     code, _, err = cli("diagnose", "planted_bug_*", "--model-file", FIXTURE)
-    assert code == 2 and "matches 10 models; accepted: one registered name" in err
+    assert code == 2 and "matches 11 models; accepted: one registered name" in err
     code, _, err = cli("diagnose", "planted_bug_sync", "--model-file", FIXTURE, "--device", "gpu")
     assert code == 2 and "accepted: cpu, cuda" in err
 

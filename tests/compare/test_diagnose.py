@@ -44,6 +44,7 @@ CALL_SITES = {
     "planted_bug_loss_item_after_adam": [("sync", "loss.item()", 1)],
     "planted_bug_two_tensor_lines": [("tiny_h2d", "torch.tensor(0.5)", 1), ("tiny_h2d", "torch.tensor([1.0, 2.0])", 1)],
     "planted_bug_tolist": [("sync", ".tolist()", 1)],
+    "planted_bug_helper_tensor": [("tiny_h2d", "torch.tensor([0.25, 0.5])", 1), ("tiny_h2d", "torch.tensor(3.0)", 1)],
     "planted_bug_exceptions": [("exception", "h.view(-1, 7)", 32)],
 }
 

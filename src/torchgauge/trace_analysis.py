@@ -16,7 +16,13 @@ from .compare.diagnose import Finding, diagnose
 from .harness.breakdown import breakdown, step_breakdowns
 from .harness.events import ProfileTrace
 from .harness.trace_import import ImportedTrace, read_trace
-from .report.kernels import TOP_KERNELS, KernelRow, kernel_type_shares, launches_per_step, top_kernels
+from .report.kernels import (
+    TOP_KERNELS,
+    KernelRow,
+    kernel_type_shares,
+    launches_per_step,
+    top_kernels,
+)
 
 __all__ = ["DeviceAnalysis", "DeviceDiagnosis", "analyse_trace_file", "diagnose_trace_file"]
 

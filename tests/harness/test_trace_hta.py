@@ -20,7 +20,14 @@ import shutil
 
 import pytest
 
-from torchgauge.harness.breakdown import breakdown, clip, cuda_breakdown, subtract, total, union
+from torchgauge.harness.breakdown import (
+    breakdown,
+    clip,
+    cuda_breakdown,
+    subtract,
+    total,
+    union,
+)
 from torchgauge.harness.kernel_types import kernel_type
 from torchgauge.harness.trace_import import read_trace
 from torchgauge.report.kernels import top_kernels

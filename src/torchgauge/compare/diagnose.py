@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..harness.breakdown import clip, is_aten_op, subtract, total, union
 from ..harness.events import (
+    STEP_NAME_RE,
     Frame,
     ProfileTrace,
     TraceEvent,
@@ -49,8 +50,11 @@ from ..harness.events import (
 )
 
 __all__ = [
+    "EXCEPTION_MIN_PER_STEP",
+    "FOREACH_OPS",
     "HEAVY_TRAFFIC_MIN_BYTES",
     "HEAVY_TRAFFIC_RATIO",
+    "HOST_READ_OPS",
     "HOST_STATE_PATHS",
     "IDLE_GAP_US",
     "IDLE_MIN_FRACTION",
@@ -59,9 +63,6 @@ __all__ = [
     "STORM_MAX_GAP_US",
     "STORM_MAX_PERIOD",
     "STORM_MIN_REPEATS",
-    "EXCEPTION_MIN_PER_STEP",
-    "FOREACH_OPS",
-    "HOST_READ_OPS",
     "SYNC_OPS",
     "SYNC_WRAPPERS",
     "TINY_COPY_BYTES",
@@ -126,8 +127,6 @@ IDLE_MIN_STEP_FRACTION = 1.0
 _ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+")
 _COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
 _HOST_CATEGORIES = ("python", "cpu_op", "sync", "runtime", "annotation")
-# Step annotations (torch.profiler's and torchgauge's): never the culprit of a gap.
-_STEP_RE = re.compile(r"^(ProfilerStep|torchgauge\.step)\s*#")
 
 
 @dataclass(frozen=True)
@@ -620,7 +619,7 @@ def _rule_idle_gap(ctx: _Context) -> list[Finding]:
     gaps = [g for g in subtract([window], union(clip(busy, window))) if g[1] - g[0] >= IDLE_GAP_US]
     span = window[1] - window[0]
     groups: dict[tuple[str, str | None], list] = defaultdict(lambda: [0, 0.0, set()])
-    host = [e for e in ctx.trace.events if e.category in _HOST_CATEGORIES and not _STEP_RE.match(e.name)]
+    host = [e for e in ctx.trace.events if e.category in _HOST_CATEGORIES and not STEP_NAME_RE.match(e.name)]
     for lo, hi in gaps:
         length = hi - lo
         # The deepest host event covering most of the gap is what the host was busy with.

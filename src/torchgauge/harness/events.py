@@ -16,11 +16,13 @@ from typing import Any, Iterable, Mapping, Sequence
 __all__ = [
     "CATEGORIES",
     "DIRECTIONS",
+    "STEP_NAME_RE",
+    "SYNC_RUNTIME_CALLS",
     "Frame",
-    "is_framework_file",
-    "is_harness_file",
     "ProfileTrace",
     "TraceEvent",
+    "is_framework_file",
+    "is_harness_file",
     "link_parents",
     "memcpy_direction",
     "parse_frame",
@@ -32,6 +34,14 @@ __all__ = [
 # kernel/memcpy/memset run on the device; the rest are host-side records.
 CATEGORIES = ("kernel", "memcpy", "memset", "cpu_op", "python", "annotation", "runtime", "sync", "other")
 DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset"})
+# Step annotations: torch.profiler's "ProfilerStep#3" and torchgauge's own "torchgauge.step#3".
+STEP_NAME_RE = re.compile(r"^(?:ProfilerStep|torchgauge\.step)\s*#\s*(\d+)$")
+# Host runtime calls that block until the device has caught up (CUDA and HIP spellings).
+SYNC_RUNTIME_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
+})
 # Memcpy directions; memsets are device-side writes and count as "d2d".
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 

@@ -18,7 +18,8 @@ import io
 import json
 import os
 import re
-from typing import IO, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 __all__ = ["CHUNK_CHARS", "TraceFormatError", "iter_trace_json", "open_trace_text"]
 

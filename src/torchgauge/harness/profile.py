@@ -21,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .events import (
+    SYNC_RUNTIME_CALLS,
     ProfileTrace,
     TraceEvent,
     is_framework_file,
@@ -34,18 +35,13 @@ from .timer import device_sync
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "model_source_files", "profile_for_diagnosis",
-           "profile_steps", "profile_workload", "record_call_lines", "record_call_sites", "trace_file_path", "CallSites", "INTERNAL_PATHS"]
+__all__ = ["INTERNAL_PATHS", "PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "CallSites",
+           "model_source_files", "profile_for_diagnosis", "profile_steps", "profile_workload", "record_call_lines",
+           "record_call_sites", "trace_file_path"]
 
 STEP_PREFIX = "torchgauge.step#"
 # Steps run under the profiler before recording starts (its own start-up cost lands there).
 PROFILER_WARMUP_STEPS = 1
-# Host runtime calls that block until the device has caught up.
-SYNC_RUNTIME_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-})
 # Host copy operators whose source size is recorded as ``bytes`` (CPU analogue of memcpys).
 COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
 _ACTIVITY_CATEGORY = {

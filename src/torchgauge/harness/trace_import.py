@@ -30,26 +30,26 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from .events import ProfileTrace, TraceEvent, link_parents, memcpy_direction, python_stack, step_index
+from .events import (
+    STEP_NAME_RE,
+    SYNC_RUNTIME_CALLS,
+    ProfileTrace,
+    TraceEvent,
+    link_parents,
+    memcpy_direction,
+    python_stack,
+    step_index,
+)
 from .json_stream import TraceFormatError, iter_trace_json, open_trace_text
 
-__all__ = ["HOST_CATEGORIES_FOR_BREAKDOWN", "STEP_NAME_RE", "SYNC_RUNTIME_NAMES", "ImportedTrace", "TraceFormatError",
-           "read_trace"]
+__all__ = ["HOST_CATEGORIES_FOR_BREAKDOWN", "ImportedTrace", "TraceFormatError", "read_trace"]
 
-# "ProfilerStep#3" (torch.profiler's schedule) or "torchgauge.step#3" (torchgauge's own profile).
-STEP_NAME_RE = re.compile(r"^(?:ProfilerStep|torchgauge\.step)\s*#\s*(\d+)$")
-# Host runtime calls that block until the device has caught up (CUDA and HIP spellings).
-SYNC_RUNTIME_NAMES = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
-})
 # Host categories a breakdown needs: step annotations and the runtime calls that give device
 # events their step. ``read_trace(..., host=False)`` keeps only these.
 HOST_CATEGORIES_FOR_BREAKDOWN = frozenset({"annotation", "runtime", "sync"})
@@ -148,7 +148,7 @@ class _Builder:
         if host_cat == "runtime":
             if name.startswith("hip"):
                 self.hip = True
-            if name in SYNC_RUNTIME_NAMES:
+            if name in SYNC_RUNTIME_CALLS:
                 host_cat = "sync"
         is_step = host_cat in ("annotation", "cpu_op") and STEP_NAME_RE.match(name) is not None
         if is_step:

@@ -193,7 +193,7 @@ def step_breakdowns(trace: ProfileTrace) -> list[dict[str, Any]]:
     for lo, hi in step_windows(trace):
         # Only events starting less than the longest duration before the window can reach into it.
         nearby = pool[bisect_left(starts, lo - longest):bisect_left(starts, hi)]
-        out.append(fn(trace, (lo, hi), events=nearby))
+        out.append({**fn(trace, (lo, hi), events=nearby), "steps": 1})
     return out
 
 

@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +33,27 @@ def pytest_sessionstart(session):
     import torch
 
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
+# Real GPU traces live in the shared reference folder beside the clone (CI: <clone>/../shared);
+# a worktree elsewhere can point at it with TORCHGAUGE_SHARED_DIR.
+_SHARED_DIR = Path(os.environ.get("TORCHGAUGE_SHARED_DIR") or Path(__file__).resolve().parents[1].parent / "shared")
+
+
+@pytest.fixture(scope="session")
+def gpu_traces() -> Path:
+    """The folder of real GPU traces (shared/reference/gpu-traces); skips when it is absent."""
+    folder = _SHARED_DIR / "reference" / "gpu-traces"
+    if not folder.is_dir():
+        pytest.skip(f"real GPU traces not found at {folder} (CI has shared/ beside the clone; "
+                    "elsewhere set TORCHGAUGE_SHARED_DIR)")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def kineto():
+    """tests/fixtures/kineto_traces.py: builders of synthetic Kineto trace events."""
+    spec = importlib.util.spec_from_file_location("kineto_traces", Path(__file__).parent / "fixtures" / "kineto_traces.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -61,12 +61,13 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
     trace_path = None
     if profile_dir:
         trace_path = str(trace_file_path(profile_dir, f"{name}/{mode}/{device}/diagnose"))
-    trace, call_lines, model_files = profile_for_diagnosis(workload, steps, warmup=warmup, builder=spec.builder,
+    trace, call_sites, model_files = profile_for_diagnosis(workload, steps, warmup=warmup, builder=spec.builder,
                                                            trace_path=trace_path)
     window = trace.window()
     return Diagnosis(
         model=name, mode=mode, device=device, size=size, batch_size=workload.batch_size, steps=len(trace.steps),
         span_ms=(window[1] - window[0]) / 1e3,
-        findings=diagnose(trace, model_files=model_files, call_lines=call_lines),
+        findings=diagnose(trace, model_files=model_files, call_lines=call_sites.lines, raised=call_sites.raised,
+                          callers=call_sites.callers, direct=call_sites.direct),
         model_files=model_files, trace_path=trace_path,
     )

@@ -76,3 +76,47 @@ def test_bad_input_gets_one_line_error(cli, tmp_path, monkeypatch, args, message
     ResultsFile(env={}, runs=[_cuda_record("a", "vision", "train", 1.0, 0.0, 0.0)]).write(tmp_path / "cuda.json")
     code, _, err = cli("breakdown", *args)
     assert code == 1 and message in err
+
+
+def _two_step_trace(kineto, path):
+    ev = [kineto.step(0, 0, 100), kineto.step(1, 100, 100)]
+    ev += kineto.launched("void gemm<float>()", 1, 10, 50, corr=1)
+    ev += kineto.launched("Memcpy HtoD (Pinned -> Device)", 2, 70, 10, corr=2, cat="gpu_memcpy", bytes=64)
+    ev += kineto.launched("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 101, 110, 40, corr=3, stream=20)
+    ev.append({"ph": "X", "cat": "mystery", "name": "x", "ts": 5, "dur": 1})
+    return kineto.write_trace(path, ev, gz=True)
+
+
+def test_breakdown_of_trace_files_per_device_and_step(cli, kineto, tmp_path) -> None:
+    path = _two_step_trace(kineto, tmp_path / "t.json.gz")
+    code, stdout, err = cli("breakdown", "--trace", str(path), "--json")
+    assert code == 0, err
+    (t,) = json.loads(stdout)["traces"]
+    assert (t["device"], t["platform"], t["skipped"]) == ("cuda:0", "cuda", {"unknown category mystery": 1})
+    assert t["breakdown"]["span_ms"] == pytest.approx(0.2)  # 2 steps of 100 us
+    assert t["breakdown"]["fractions"]["active"] == pytest.approx(90 / 200)
+    assert t["breakdown"]["kernel_types"]["communication"] == pytest.approx(40 / 200)
+    assert [s["fractions"]["idle"] for s in t["per_step"]] == pytest.approx([0.4, 0.6])
+    assert [r["kernels"] for r in t["launches_per_step"]] == [1, 1]
+    assert t["top_kernels"][0]["kind"] == "compute" and t["kernel_types"]["memory"]["count"] == 1
+    chart = tmp_path / "bars.svg"
+    code, stdout, err = cli("breakdown", "--trace", str(path), "--per-model", "--output", str(chart))
+    assert code == 0, err
+    assert "GPU idle %" in stdout and "step 1" in stdout and "Top 3 kernels" in stdout and "Launches per step" in stdout
+    assert chart.read_text().lstrip().startswith("<?xml")
+
+
+def test_breakdown_trace_errors_are_one_line(cli, tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", ')
+    code, _, err = cli("breakdown", "--trace", str(bad))
+    assert code == 1 and "cut short" in err and "Traceback" not in err
+    code, _, err = cli("breakdown")
+    assert code == 2 and "either RESULTS_FILE or --trace" in err
+
+
+def test_breakdown_of_a_real_rocm_trace(cli, gpu_traces) -> None:
+    code, stdout, err = cli("breakdown", "--trace", str(gpu_traces / "rocm-mi250-toy-train.json.gz"), "--json")
+    assert code == 0, err
+    (t,) = json.loads(stdout)["traces"]
+    assert t["platform"] == "rocm" and t["device"] == "cuda:2" and len(t["per_step"]) == 2

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 FIXTURE = str(Path("tests/fixtures/planted_perf_bugs.py").resolve())
 
 
@@ -37,6 +39,25 @@ def test_bad_input_gets_one_line_error(cli) -> None:
     code, _, err = cli("diagnose", "planted_bug_synk", "--model-file", FIXTURE)
     assert code == 2 and "did you mean: planted_bug_sync" in err
     code, _, err = cli("diagnose", "planted_bug_*", "--model-file", FIXTURE)
-    assert code == 2 and "matches 5 models; accepted: one registered name" in err
+    assert code == 2 and "matches 11 models; accepted: one registered name" in err
     code, _, err = cli("diagnose", "planted_bug_sync", "--model-file", FIXTURE, "--device", "gpu")
     assert code == 2 and "accepted: cpu, cuda" in err
+
+
+def test_diagnose_trace_files(cli, kineto, tmp_path) -> None:
+    ev = [kineto.step(0, 0, 1000)]
+    ev.append(kineto.host_op("model.py(7): forward", 5, 500, cat="python_function"))
+    ev.append(kineto.host_op("aten::item", 10, 300))
+    ev.append(kineto.host_op("cudaStreamSynchronize", 20, 280, cat="cuda_runtime", correlation=9))
+    ev += kineto.launched("void gemm<float>()", 400, 410, 500, corr=1)
+    path = kineto.write_trace(tmp_path / "t.json", ev)
+    code, stdout, err = cli("diagnose", "--trace", str(path), "--json")
+    assert code == 0, err
+    (t,) = json.loads(stdout)["traces"]
+    (f,) = t["findings"]
+    assert (t["device"], f["rule"], f["operator"], f["count"]) == ("cuda:0", "sync", "aten::item", 1)
+    assert f["source"].startswith("model.py:7 in forward") and f["time_ms"] == pytest.approx(0.28)
+    code, stdout, err = cli("diagnose", "--trace", str(path))
+    assert code == 0 and "sync" in stdout and "model.py:7" in stdout
+    code, _, err = cli("diagnose", "planted_bug_sync", "--trace", str(path))
+    assert code == 2 and "either MODEL or --trace" in err

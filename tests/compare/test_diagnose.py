@@ -6,11 +6,14 @@ it) and a negative one (the clean twin triggers no rule at all).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
 from torchgauge.compare.diagnose import (
+    FOREACH_OPS,
     HEAVY_TRAFFIC_MIN_BYTES,
     IDLE_GAP_US,
     RULES,
@@ -34,6 +37,16 @@ PLANTED = {
 }
 CLEAN = ["planted_clean_foreach_zero", "planted_clean_scalar", "planted_clean_resident", "planted_clean_nosync",
          "planted_clean_busy"]
+# Attribution corner cases: model -> [(rule, text on the reported line, calls per step), ...], exactly
+# (None: at least one; printing makes as many reads as the formatter needs).
+CALL_SITES = {
+    "planted_bug_print": [("sync", "print(h[0, :4]", None)],
+    "planted_bug_loss_item_after_adam": [("sync", "loss.item()", 1)],
+    "planted_bug_two_tensor_lines": [("tiny_h2d", "torch.tensor(0.5)", 1), ("tiny_h2d", "torch.tensor([1.0, 2.0])", 1)],
+    "planted_bug_tolist": [("sync", ".tolist()", 1)],
+    "planted_bug_helper_tensor": [("tiny_h2d", "torch.tensor([0.25, 0.5])", 1), ("tiny_h2d", "torch.tensor(3.0)", 1)],
+    "planted_bug_exceptions": [("exception", "h.view(-1, 7)", 32)],
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +57,7 @@ def diagnosed():
 
     load_model_file(FIXTURE)
     out = {}
-    for name in [*PLANTED, *CLEAN]:
+    for name in [*PLANTED, *CLEAN, *CALL_SITES]:
         mode = get_spec(name).modes[0]
         out[name] = diagnose_model(name, mode, "cpu", size="smoke")
     return out
@@ -87,6 +100,79 @@ def test_sync_finds_item_and_nonzero_on_their_lines(diagnosed) -> None:
 @pytest.mark.parametrize("name", CLEAN)
 def test_clean_twin_triggers_no_rule(diagnosed, name) -> None:
     assert diagnosed[name].findings == []
+
+
+@pytest.mark.parametrize("name", list(CALL_SITES))
+def test_one_finding_per_call_site_on_the_users_line(diagnosed, name) -> None:
+    found = sorted((f.rule, _line_of(f.source), f.count) for f in diagnosed[name].findings)
+    expected = sorted(CALL_SITES[name])
+    assert len(found) == len(expected), diagnosed[name].findings
+    for (rule, line, count), (want_rule, text, want_count) in zip(found, expected):
+        assert rule == want_rule and text in line, (line, text)
+        assert count == want_count if want_count is not None else count >= 1
+    assert all(f.time_ms > 0 for f in diagnosed[name].findings)
+
+
+def test_exception_cost_is_measured_from_the_raising_calls() -> None:
+    from torchgauge.harness.profile import profile_for_diagnosis
+    from torchgauge.registry import create, get_spec, load_model_file
+
+    load_model_file(FIXTURE)
+    workload = create("planted_bug_exceptions", mode="eval", size="smoke")
+    trace, sites, files = profile_for_diagnosis(workload, 3, builder=get_spec("planted_bug_exceptions").builder)
+    (f,) = diagnose(trace, model_files=files, call_lines=sites.lines, raised=sites.raised)
+    views = [e for e in trace.events if e.name == "aten::view" and e.step is not None]
+    forward = [e for e in trace.events if e.category == "python" and e.step is not None
+               and e.name.endswith(": forward") and "planted_perf_bugs" in e.name]
+    # Each failing call costs its operator time (the c10::Error and its backtrace are built
+    # inside it) plus the unwinding after it; all of it lies inside the model's forward.
+    assert sum(e.duration_us for e in views) / 3e3 <= f.time_ms <= sum(e.duration_us for e in forward) / 3e3
+    assert f.count == 32 and "test the condition first" in f.message
+
+
+def test_no_finding_is_attributed_to_torchgauges_harness(diagnosed) -> None:
+    for d in diagnosed.values():
+        for f in d.findings:
+            assert f.source is None or "torchgauge/" not in f.source.replace("\\", "/"), f
+
+
+def test_deep_clean_mlp_has_no_finding_across_repeated_runs() -> None:
+    from torchgauge.diagnosis import diagnose_model
+    from torchgauge.registry import load_model_file
+
+    load_model_file(FIXTURE)
+    for _ in range(3):  # the storm rule used to follow the machine's load here
+        for mode in ("train", "eval"):
+            assert diagnose_model("planted_clean_deep_mlp", mode, "cpu", size="smoke").findings == []
+
+
+def _named_apis(message: str) -> list[str]:
+    return re.findall(r"torch(?:\.[A-Za-z_]\w*)+", message)
+
+
+def _resolves(dotted: str) -> bool:
+    import torch
+
+    obj = torch
+    for part in dotted.split(".")[1:]:
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def test_every_api_a_hint_names_exists(diagnosed) -> None:
+    import torch
+
+    assert all(hasattr(torch, name) for name in FOREACH_OPS)
+    messages = [f.message for d in diagnosed.values() for f in d.findings]
+    # Storm hints for every operator name a single-op storm can carry, plus a non-foreach one.
+    for op in [f"aten::{n[len('_foreach_'):]}" for n in FOREACH_OPS] + ["aten::narrow", "aten::as_strided"]:
+        trace = ProfileTrace("cpu", [(0, 1e4)], [dataclasses.replace(e, name=op) for e in _storm(STORM_MIN_REPEATS)])
+        messages += [f.message for f in diagnose(trace, rules=["launch_storm"])]
+    named = {api for m in messages for api in _named_apis(m)}
+    assert {"torch._foreach_zero_", "torch.nonzero_static", "torch.tensor"} <= named
+    assert [api for api in named if not _resolves(api)] == []
 
 
 # -- synthetic traces: the CUDA branches and the thresholds ----------------------------------------
@@ -137,7 +223,7 @@ def _linked(events: list[TraceEvent]) -> list[TraceEvent]:
     out = []
     for i, e in enumerate(events):
         if e.category == "runtime":
-            e = TraceEvent(**{**e.__dict__, "parent": i - 1})
+            e = dataclasses.replace(e, parent=i - 1)
         out.append(e)
     return out
 
@@ -170,7 +256,7 @@ def test_cuda_heavy_traffic_needs_both_bytes_and_time_relative_to_compute() -> N
     assert f.count == 2 and f.time_ms == pytest.approx(0.8)
     long_compute = [_ev("gemm", "kernel", 1000, 9000, device="cuda:0")]
     assert diagnose(ProfileTrace("cuda", [(0, 9000)], copies + long_compute), rules=["heavy_traffic"]) == []
-    few_bytes = [TraceEvent(**{**c.__dict__, "bytes": 1024}) for c in copies]
+    few_bytes = [dataclasses.replace(c, bytes=1024) for c in copies]
     assert diagnose(ProfileTrace("cuda", [(0, 1000)], few_bytes + small_compute), rules=["heavy_traffic"]) == []
 
 

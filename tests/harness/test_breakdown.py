@@ -169,3 +169,17 @@ def test_trace_round_trips_through_plain_dicts() -> None:
     trace = ProfileTrace("cuda", [(0, 10)], [kernel(1, 2), op("aten::mm", 0, 3)], device="cuda:0")
     again = ProfileTrace.from_dict(trace.to_dict())
     assert again.events == trace.events and again.steps == trace.steps and again.kind == "cuda"
+
+
+def test_step_breakdowns_equal_a_breakdown_over_each_step_window(kineto, tmp_path) -> None:
+    from torchgauge.harness.breakdown import step_breakdowns, step_windows
+    from torchgauge.harness.trace_import import read_trace
+
+    ev = list(kineto.training_events(4, 20, streams=2, step_us=500.0))
+    ev += kineto.launched("void long_kernel()", 10, 300, 900, corr=10_000)  # runs across two steps
+    trace = read_trace(kineto.write_trace(tmp_path / "t.json", ev)).traces["cuda:0"]
+    fast = step_breakdowns(trace)
+    assert len(fast) == 4
+    for rec, window in zip(fast, step_windows(trace)):
+        slow = breakdown(trace, window)
+        assert rec["fractions"] == pytest.approx(slow["fractions"]) and rec["steps"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -35,7 +36,7 @@ def test_profile_returns_plain_records_with_step_spans(tmp_path) -> None:
     relu = next(e for e in ops if e.name == "aten::relu")
     assert any("_step_fn" in f or "step" in f for f in relu.stack)  # Python frames, innermost first
     assert isinstance(relu.shapes, tuple) and relu.shapes[0] == (2, 4)
-    assert all(type(v) in (str, int, float, tuple, type(None)) for v in vars(relu).values())
+    assert all(type(v) in (str, int, float, tuple, type(None)) for v in dataclasses.astuple(relu))
     assert json.loads(path.read_text())["traceEvents"]
     b = breakdown(trace)
     assert b["steps"] == 3 and sum(b["fractions"].values()) == pytest.approx(1.0)

@@ -1,4 +1,5 @@
-"""``torchgauge diagnose``: find launch storms, tiny copies, syncs, heavy traffic and idle gaps."""
+"""``torchgauge diagnose``: find launch storms, tiny copies, syncs, heavy traffic and idle gaps
+in a model profiled here, or in trace files captured elsewhere (``--trace``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from .params import check_device, positive, selected_models
 
 
 @click.command("diagnose")
-@click.argument("model")
+@click.argument("model", required=False)
+@click.option("--trace", "traces", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Chrome/Kineto trace (.json or .json.gz) to diagnose instead of profiling MODEL; repeatable. "
+                   "Source lines need a trace recorded with_stack=True.")
 @click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
@@ -21,14 +25,21 @@ from .params import check_device, positive, selected_models
               help="Python file registering extra models (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
-def diagnose_command(*, model: str, mode: str, device: str, size: str, batch_size: int | None, steps: int,
+def diagnose_command(*, model: str | None, traces: tuple[str, ...], mode: str, device: str, size: str, batch_size: int | None, steps: int,
                      profile_dir: str | None, model_files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
-    """Profile MODEL and report performance bugs, each with its operator, cost and source line."""
-    from ..diagnosis import diagnose_model
-    from ..workload import UnsupportedError
+    """Profile MODEL (or read --trace files) and report performance bugs, each with its operator,
+    count and cost per step and source line."""
     from .terminal import Terminal
 
     term = Terminal(quiet=quiet)
+    if bool(model) == bool(traces):
+        raise click.UsageError("give either MODEL or --trace FILE (repeatable), not both or neither")
+    if traces:
+        _diagnose_traces(term, traces, model_files, as_json)
+        return
+    from ..diagnosis import diagnose_model
+    from ..workload import UnsupportedError
+
     matches = selected_models([model], model_files)
     if matches != [model]:
         raise click.UsageError(f"{model!r} matches {len(matches)} models; accepted: one registered name, "
@@ -45,14 +56,35 @@ def diagnose_command(*, model: str, mode: str, device: str, size: str, batch_siz
         term.json({"runs": [d.to_dict() for d in results]})
         return
     for d in results:
-        title = f"{d.model} {d.mode} on {d.device} (batch {d.batch_size}): {d.span_ms / d.steps:.2f} ms per profiled step"
-        if not d.findings:
-            term.success(f"{title}: no findings")
-            continue
-        term.table(("rule", "operator", "per step", "ms / step", "source"),
-                   [[f.rule, f.operator, f.count, f.time_ms, f.source or "-"] for f in d.findings],
-                   title=title, justify=("left", "left", "right", "right", "left"))
-        for f in d.findings:
-            term.info(f"  [{f.rule}] {f.message}")
+        _print_findings(term, f"{d.model} {d.mode} on {d.device} (batch {d.batch_size}): "
+                              f"{d.span_ms / d.steps:.2f} ms per profiled step", d.findings)
         if d.trace_path:
             term.info(f"trace written to {d.trace_path}")
+
+
+def _print_findings(term, title: str, findings: list) -> None:
+    if not findings:
+        term.success(f"{title}: no findings")
+        return
+    term.table(("rule", "operator", "per step", "ms / step", "source"),
+               [[f.rule, f.operator, f.count, f.time_ms, f.source or "-"] for f in findings],
+               title=title, justify=("left", "left", "right", "right", "left"))
+    for f in findings:
+        term.info(f"  [{f.rule}] {f.message}")
+
+
+def _diagnose_traces(term, paths: tuple[str, ...], model_files: tuple[str, ...], as_json: bool) -> None:
+    from ..harness.json_stream import TraceFormatError
+    from ..trace_analysis import diagnose_trace_file
+
+    results = []
+    for path in paths:
+        try:
+            results.extend(diagnose_trace_file(path, model_files=model_files))
+        except (TraceFormatError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+    if as_json:
+        term.json({"traces": [d.to_dict() for d in results]})
+        return
+    for d in results:
+        _print_findings(term, f"{d.label}: {d.steps} steps, {d.span_ms / d.steps:.2f} ms per step", d.findings)

@@ -17,9 +17,11 @@ collector imports the profiler lazily and runs in its own pass after timing.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .events import ProfileTrace, TraceEvent
+from .kernel_types import KERNEL_TYPES, kernel_type
 from .metrics import register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +39,8 @@ __all__ = [
     "cpu_breakdown",
     "cuda_breakdown",
     "is_aten_op",
+    "step_breakdowns",
+    "step_windows",
     "subtract",
     "total",
     "union",
@@ -114,10 +118,18 @@ def _result(kind: str, trace: ProfileTrace, window: Interval, parts: dict[str, f
     }
 
 
-def cuda_breakdown(trace: ProfileTrace) -> dict[str, Any]:
-    """Device active / data movement (per direction) / idle over the steps' window."""
-    window = trace.window()
-    device_events = [e for e in trace.events if e.on_device]
+def cuda_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
+                   events: Sequence[TraceEvent] | None = None) -> dict[str, Any]:
+    """Device active / data movement (per direction) / idle over the steps' window.
+
+    Also ``kernel_types``: the fraction of the window covered by each kind of device work
+    (:func:`~torchgauge.harness.kernel_types.kernel_type`; unions, so they overlap and need
+    not sum to 1: ``compute`` is HTA's compute share). ``window`` overrides the steps' window
+    (one step's span, for per-step figures); ``events``, the trace's device events or any
+    superset of those overlapping the window, saves scanning the whole trace.
+    """
+    window = window if window is not None else trace.window()
+    device_events = [e for e in (trace.events if events is None else events) if e.on_device]
     active = union(clip(_spans(e for e in device_events if e.category == "kernel"), window))
     remaining = subtract([window], active)  # time no kernel covers
     parts: dict[str, float] = {"active": total(active)}
@@ -130,8 +142,15 @@ def cuda_breakdown(trace: ProfileTrace) -> dict[str, Any]:
         remaining = subtract(remaining, charged)
         moved_bytes[direction] = sum(e.bytes or 0 for e in copies)
     parts["idle"] = total(remaining)
-    return _result("cuda", trace, window, parts, {"bytes": moved_bytes, "kernels": sum(
-        1 for e in device_events if e.category == "kernel")})
+    span = window[1] - window[0]
+    by_type: dict[str, list[Interval]] = {t: [] for t in KERNEL_TYPES if t != "other"}
+    for e in device_events:
+        kind = kernel_type(e)
+        if kind in by_type:
+            by_type[kind].append((e.start_us, e.end_us))
+    shares = {t: total(union(clip(ivs, window))) / span if span > 0 else 0.0 for t, ivs in by_type.items()}
+    return _result("cuda", trace, window, parts, {"bytes": moved_bytes, "kernel_types": shares, "kernels": sum(
+        1 for e in device_events if e.category == "kernel" and window[0] <= e.start_us < window[1])})
 
 
 def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
@@ -145,19 +164,45 @@ def is_aten_op(event: TraceEvent) -> bool:
     return event.category == "cpu_op" and "::" in event.name and not event.name.startswith(_NON_ATEN_NAMESPACES)
 
 
-def cpu_breakdown(trace: ProfileTrace) -> dict[str, Any]:
-    """Time inside ATen operators vs framework/Python overhead between them."""
-    window = trace.window()
-    ops = [e for e in trace.events if is_aten_op(e)]
+def cpu_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
+                  events: Sequence[TraceEvent] | None = None) -> dict[str, Any]:
+    """Time inside ATen operators vs framework/Python overhead between them (``window`` and
+    ``events`` as in :func:`cuda_breakdown`)."""
+    window = window if window is not None else trace.window()
+    ops = [e for e in (trace.events if events is None else events) if is_aten_op(e)]
     aten = union(clip(_spans(ops), window))
     parts = {"aten": total(aten)}
     parts["overhead"] = (window[1] - window[0]) - parts["aten"]
     return _result("cpu", trace, window, parts, {"ops": len(ops)})
 
 
-def breakdown(trace: ProfileTrace) -> dict[str, Any]:
-    """The ``metrics["breakdown"]`` record for a trace (CUDA or CPU by ``trace.kind``)."""
-    return cuda_breakdown(trace) if trace.kind == "cuda" else cpu_breakdown(trace)
+def breakdown(trace: ProfileTrace, window: Interval | None = None) -> dict[str, Any]:
+    """The ``metrics["breakdown"]`` record for a trace (CUDA or CPU by ``trace.kind``), over
+    the steps' window or ``window``."""
+    return cuda_breakdown(trace, window) if trace.kind == "cuda" else cpu_breakdown(trace, window)
+
+
+def step_breakdowns(trace: ProfileTrace) -> list[dict[str, Any]]:
+    """One breakdown record per step window (:func:`step_windows`), in one pass over the trace."""
+    counted = (lambda e: e.on_device) if trace.kind == "cuda" else is_aten_op
+    pool = sorted((e for e in trace.events if counted(e)), key=lambda e: e.start_us)
+    starts = [e.start_us for e in pool]
+    longest = max((e.duration_us for e in pool), default=0.0)
+    fn = cuda_breakdown if trace.kind == "cuda" else cpu_breakdown
+    out = []
+    for lo, hi in step_windows(trace):
+        # Only events starting less than the longest duration before the window can reach into it.
+        nearby = pool[bisect_left(starts, lo - longest):bisect_left(starts, hi)]
+        out.append({**fn(trace, (lo, hi), events=nearby), "steps": 1})
+    return out
+
+
+def step_windows(trace: ProfileTrace) -> list[Interval]:
+    """Each step's window: from its start to the next step's start; the last one ends where
+    :meth:`ProfileTrace.window` does (its device work included)."""
+    end = trace.window()[1]
+    starts = [s for s, _ in trace.steps]
+    return [(s, starts[i + 1] if i + 1 < len(starts) else end) for i, s in enumerate(starts)]
 
 
 @register_metric("breakdown", "profiled pass: GPU active / data movement / idle (CPU: ATen vs overhead)")

@@ -9,23 +9,39 @@ hand. Times are microseconds from the start of the trace.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "CATEGORIES",
     "DIRECTIONS",
+    "STEP_NAME_RE",
+    "SYNC_RUNTIME_CALLS",
     "Frame",
     "ProfileTrace",
     "TraceEvent",
+    "is_framework_file",
+    "is_harness_file",
+    "link_parents",
     "memcpy_direction",
     "parse_frame",
+    "python_stack",
+    "step_index",
     "top_level",
 ]
 
 # kernel/memcpy/memset run on the device; the rest are host-side records.
 CATEGORIES = ("kernel", "memcpy", "memset", "cpu_op", "python", "annotation", "runtime", "sync", "other")
 DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset"})
+# Step annotations: torch.profiler's "ProfilerStep#3" and torchgauge's own "torchgauge.step#3".
+STEP_NAME_RE = re.compile(r"^(?:ProfilerStep|torchgauge\.step)\s*#\s*(\d+)$")
+# Host runtime calls that block until the device has caught up (CUDA and HIP spellings).
+SYNC_RUNTIME_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
+})
 # Memcpy directions; memsets are device-side writes and count as "d2d".
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 
@@ -33,9 +49,9 @@ _DIRECTION_NAMES = {"htod": "h2d", "dtoh": "d2h", "dtod": "d2d", "htoh": "h2h", 
 _FRAME_RE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceEvent:
-    """One profiler event, with plain fields only."""
+    """One profiler event, with plain fields only (slotted: an imported trace holds millions)."""
 
     name: str
     category: str  # one of CATEGORIES
@@ -122,6 +138,19 @@ def parse_frame(text: str) -> Frame | None:
     return Frame(m.group("file"), int(m.group("line")), m.group("func"))
 
 
+def is_harness_file(file: str) -> bool:
+    """torchgauge's own code, except its model zoo (which is the user's code here)."""
+    f = file.replace("\\", "/")
+    return (f.startswith("torchgauge/") or "/torchgauge/" in f) and "torchgauge/models/" not in f
+
+
+def is_framework_file(file: str) -> bool:
+    """torch, Python's libraries or torchgauge's harness: code a finding never names."""
+    f = file.replace("\\", "/")
+    return f.startswith(("torch/", "<")) or "/torch/" in f or "site-packages/" in f or "/lib/python" in f \
+        or f.startswith(("contextlib", "functools", "threading")) or is_harness_file(f)
+
+
 def memcpy_direction(name: str) -> str | None:
     """Direction of a CUDA memcpy from its profiler name (``"Memcpy HtoD (Pageable -> Device)"``)."""
     lowered = name.lower()
@@ -153,3 +182,63 @@ def top_level(events: Iterable[TraceEvent], category: str = "cpu_op") -> list[Tr
                 open_end = e.end_us
     out.sort(key=lambda e: e.start_us)
     return out
+
+
+# Host categories that nest: a host event's parent is the innermost one of these enclosing it.
+NESTING_CATEGORIES = frozenset({"python", "cpu_op", "annotation", "runtime", "sync"})
+
+
+def link_parents(spans: Sequence[tuple[float, float, int, str]]) -> list[int | None]:
+    """Parent index of each host event: the innermost enclosing nesting event on its thread.
+
+    Args:
+        spans: ``(start_us, end_us, thread, category)`` per event, in trace order.
+
+    Returns:
+        One entry per span: the index of its parent, or None (device events, outermost events).
+    """
+    parents: list[int | None] = [None] * len(spans)
+    by_thread: dict[int, list[int]] = {}
+    for i, (_, _, thread, cat) in enumerate(spans):
+        if cat in NESTING_CATEGORIES:
+            by_thread.setdefault(thread, []).append(i)
+    for idxs in by_thread.values():
+        idxs.sort(key=lambda i: (spans[i][0], -spans[i][1]))
+        # A stack whose ends shrink toward the top: an open event that ends before a newer
+        # one (overlapping it without nesting: record_function starts inside the Python call
+        # that enters it) can contain nothing the newer one does not, so it is dropped. The
+        # parent is then the top, when anything is left open. Linear in the events.
+        open_: list[int] = []
+        for i in idxs:
+            start, end = spans[i][0], spans[i][1]
+            while open_ and spans[open_[-1]][1] <= start:
+                open_.pop()
+            while open_ and spans[open_[-1]][1] < end:
+                open_.pop()
+            if open_:
+                parents[i] = open_[-1]
+            open_.append(i)
+    return parents
+
+
+def python_stack(index: int, parents: Sequence[int | None], python_names: Sequence[str | None]) -> tuple[str, ...]:
+    """Names of the Python frames enclosing event ``index``, innermost first.
+
+    ``python_names[i]`` is event i's name when it is a Python frame, else None.
+    """
+    frames = []
+    p = parents[index]
+    while p is not None:
+        if python_names[p] is not None:
+            frames.append(python_names[p])
+        p = parents[p]
+    return tuple(frames)
+
+
+def step_index(t: float, starts: Sequence[float]) -> int | None:
+    """Index of the last step (by sorted ``starts``) started at or before ``t``; None before the first.
+
+    Steps are contiguous in a training loop: an event belongs to the last step started before it.
+    """
+    i = bisect_right(starts, t)
+    return i - 1 if i else None

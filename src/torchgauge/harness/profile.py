@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -20,24 +20,28 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .events import ProfileTrace, TraceEvent, memcpy_direction
+from .events import (
+    SYNC_RUNTIME_CALLS,
+    ProfileTrace,
+    TraceEvent,
+    is_framework_file,
+    link_parents,
+    memcpy_direction,
+    python_stack,
+    step_index,
+)
 from .timer import device_sync
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "model_source_files", "profile_for_diagnosis",
-           "profile_steps", "profile_workload", "record_call_lines", "trace_file_path"]
+__all__ = ["INTERNAL_PATHS", "PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "CallSites",
+           "model_source_files", "profile_for_diagnosis", "profile_steps", "profile_workload", "record_call_lines",
+           "record_call_sites", "trace_file_path"]
 
 STEP_PREFIX = "torchgauge.step#"
 # Steps run under the profiler before recording starts (its own start-up cost lands there).
 PROFILER_WARMUP_STEPS = 1
-# Host runtime calls that block until the device has caught up.
-SYNC_RUNTIME_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-})
 # Host copy operators whose source size is recorded as ``bytes`` (CPU analogue of memcpys).
 COPY_OPS = frozenset({"aten::copy_", "aten::_to_copy", "aten::to"})
 _ACTIVITY_CATEGORY = {
@@ -203,88 +207,110 @@ def _convert(results: Any, kind: str, device: str) -> ProfileTrace:
                    if r["category"] == "annotation" and r["name"].startswith(STEP_PREFIX))
     if not steps:
         raise RuntimeError("the profiler recorded no step annotations; is another profiler already running?")
-    _link_parents(rows)
-    for r in rows:
-        r["step"] = _step_of(r["start_us"], steps)
+    host_parents = link_parents([(r["start_us"], r["end_us"], r["thread"], r["category"]) for r in rows])
+    for r, p in zip(rows, host_parents):
+        if p is not None:
+            r["parent"] = p
+    parents = [r.get("parent") for r in rows]
+    python_names = [r["name"] if r["category"] == "python" else None for r in rows]
+    starts = [s for s, _ in steps]
+    for i, r in enumerate(rows):
+        r["step"] = step_index(r["start_us"], starts)
         if r["category"] in ("cpu_op", "sync", "runtime"):
-            r["stack"] = _python_stack(rows, r)
+            r["stack"] = python_stack(i, parents, python_names)
     return ProfileTrace(kind=kind, steps=steps, events=[TraceEvent(**r) for r in rows], device=device)
 
 
-def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
-    # Steps are contiguous in the loop; an event belongs to the last step started before it.
-    if t < steps[0][0]:
-        return None
-    idx = 0
-    for i, (s, _) in enumerate(steps):
-        if s <= t:
-            idx = i
-    return idx
+# Code whose operator calls are not the user's to attribute: the optimizers' internals (Adam
+# reads its step counts with .item()); a call under one of these frames is left out of the lines.
+INTERNAL_PATHS = ("/torch/optim/",)
 
 
-def _link_parents(rows: list[dict[str, Any]]) -> None:
-    # Parent = innermost enclosing host event on the same thread (python, op or annotation).
-    by_thread: dict[int, list[int]] = {}
-    for i, r in enumerate(rows):
-        if r["category"] in ("python", "cpu_op", "annotation", "runtime", "sync"):
-            by_thread.setdefault(r["thread"], []).append(i)
-    for idxs in by_thread.values():
-        idxs.sort(key=lambda i: (rows[i]["start_us"], -rows[i]["end_us"]))
-        open_: list[int] = []
-        for i in idxs:
-            while open_ and rows[open_[-1]]["end_us"] <= rows[i]["start_us"]:
-                open_.pop()
-            # Events can overlap without nesting (record_function starts inside the Python
-            # call that enters it): the parent is the innermost open event containing it.
-            for j in reversed(open_):
-                if rows[i]["end_us"] <= rows[j]["end_us"]:
-                    rows[i]["parent"] = j
-                    break
-            open_.append(i)
+@dataclass
+class CallSites:
+    """Exact call lines of one step's ATen ops, which calls raised, and who called each Python function.
 
+    ``lines`` and ``raised`` map ``(op, file, function's first line)`` to ``{call line: calls}``;
+    ``callers`` maps a Python function ``(file, first line)`` to ``{(caller file, caller's first
+    line, call line): calls}`` (how ``print(t)`` in a model reaches ``torch/_tensor.py``, whose
+    operators run with dispatch modes disabled and so never reach ``lines``).
+    """
 
-def _python_stack(rows: list[dict[str, Any]], row: dict[str, Any]) -> tuple[str, ...]:
-    frames = []
-    p = row.get("parent")
-    while p is not None:
-        if rows[p]["category"] == "python":
-            frames.append(rows[p]["name"])
-        p = rows[p].get("parent")
-    return tuple(frames)
+    lines: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    direct: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)  # innermost user frame only
+    raised: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    callers: dict[tuple[str, int], dict[tuple[str, int, int], int]] = field(default_factory=dict)
 
 
 class _CallLineRecorder(TorchDispatchMode):
-    """For every ATen op call: the Python frames (file, first line, call line) that led to it."""
+    """For every ATen op call: the Python frames (file, first line, call line) that led to it,
+    and the same for calls that raised (a c10::Error surfacing as a Python exception)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lines: Counter[tuple[str, str, int, int]] = Counter()
+        self.sites = CallSites()
+
+    def _record(self, table: dict, op: str, frame: Any, direct: dict | None = None) -> None:
+        while frame is not None:
+            code = frame.f_code
+            by_line = table.setdefault((op, code.co_filename, code.co_firstlineno), {})
+            by_line[frame.f_lineno] = by_line.get(frame.f_lineno, 0) + 1
+            if direct is not None and not is_framework_file(code.co_filename):
+                by_line = direct.setdefault((op, code.co_filename, code.co_firstlineno), {})
+                by_line[frame.f_lineno] = by_line.get(frame.f_lineno, 0) + 1
+                direct = None  # only the innermost user frame
+            frame = frame.f_back
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         op = f"{getattr(func, 'namespace', 'aten')}::{func.overloadpacket.__name__}"
-        frame = sys._getframe(1)
-        while frame is not None:
-            code = frame.f_code
-            self.lines[(op, code.co_filename, code.co_firstlineno, frame.f_lineno)] += 1
+        caller = sys._getframe(1)
+        frame, internal = caller, False
+        while frame is not None and not internal:
+            internal = any(p in frame.f_code.co_filename.replace(os.sep, "/") for p in INTERNAL_PATHS)
             frame = frame.f_back
-        return func(*args, **(kwargs or {}))
+        if not internal:
+            self._record(self.sites.lines, op, caller, self.sites.direct)
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if not internal:
+                self._record(self.sites.raised, op, caller)
+            raise
+
+
+def record_call_sites(step: Callable[[], Any]) -> CallSites:
+    """Run one ``step`` under a dispatch mode and return its ops' exact call lines.
+
+    The profiler names a Python frame by its function's *first* line; this maps
+    ``(op, file, first line)`` to ``{call line: calls}`` so a finding can name the line itself
+    (and split one function's calls of an op by line). Ops reached only through composite ones
+    are named as they reach the dispatcher (``.item()`` appears as
+    ``aten::_local_scalar_dense``, ``.tolist()`` as ``aten::resolve_conj``). Backward ops have no
+    Python frames; calls made inside :data:`INTERNAL_PATHS` are left out.
+    """
+    rec = _CallLineRecorder()
+    callers = rec.sites.callers
+
+    def on_event(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_back is not None:
+            back = frame.f_back
+            by_site = callers.setdefault((frame.f_code.co_filename, frame.f_code.co_firstlineno), {})
+            site = (back.f_code.co_filename, back.f_code.co_firstlineno, back.f_lineno)
+            by_site[site] = by_site.get(site, 0) + 1
+
+    previous = sys.getprofile()
+    sys.setprofile(on_event)
+    try:
+        with rec:
+            step()
+    finally:
+        sys.setprofile(previous)
+    return rec.sites
 
 
 def record_call_lines(step: Callable[[], Any]) -> dict[tuple[str, str, int], dict[int, int]]:
-    """Run one ``step`` under a dispatch mode and return exact call lines.
-
-    The profiler names a Python frame by its function's *first* line; this maps
-    ``(op, file, first line)`` to ``{call line: calls}`` so a finding can name the line itself.
-    Ops reached only through composite ones are named as they reach the dispatcher (``.item()``
-    appears as ``aten::_local_scalar_dense``). Backward ops have no Python frames.
-    """
-    rec = _CallLineRecorder()
-    with rec:
-        step()
-    out: dict[tuple[str, str, int], dict[int, int]] = {}
-    for (op, file, first, line), n in rec.lines.items():
-        out.setdefault((op, file, first), {})[line] = out.get((op, file, first), {}).get(line, 0) + n
-    return out
+    """The ``lines`` of :func:`record_call_sites`."""
+    return record_call_sites(step).lines
 
 
 def model_source_files(workload: "Workload", builder: Callable[..., Any] | None = None) -> tuple[str, ...]:
@@ -311,15 +337,16 @@ def model_source_files(workload: "Workload", builder: Callable[..., Any] | None 
 
 def profile_for_diagnosis(workload: "Workload", steps: int = 3, *, warmup: int = 2,
                           builder: Callable[..., Any] | None = None,
-                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, dict, tuple[str, ...]]:
+                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, CallSites, tuple[str, ...]]:
     """Warm up, then profile ``steps`` steps with Python stacks and record exact call lines.
 
     Returns:
-        (trace, call_lines, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`.
+        (trace, call_sites, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`
+        (``call_lines=call_sites.lines, raised=call_sites.raised``).
     """
     for _ in range(warmup):
         workload.step()
     device_sync(workload.device)()
     trace = profile_workload(workload, steps, with_stack=True, trace_path=trace_path)
-    call_lines = record_call_lines(workload.step)
-    return trace, call_lines, model_source_files(workload, builder)
+    call_sites = record_call_sites(workload.step)
+    return trace, call_sites, model_source_files(workload, builder)

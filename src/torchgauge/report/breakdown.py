@@ -14,7 +14,8 @@ from typing import Any, Iterable, Sequence
 from ..harness.breakdown import CPU_NAMES, CUDA_NAMES
 from ..results.schema import RunRecord
 
-__all__ = ["COMPONENTS", "COMPONENT_LABELS", "BreakdownRow", "breakdown_rows", "domain_table", "write_breakdown_chart"]
+__all__ = ["COMPONENTS", "COMPONENT_LABELS", "BreakdownRow", "breakdown_rows", "domain_table", "trace_breakdown_rows",
+           "write_breakdown_chart"]
 
 COMPONENTS = {"cuda": CUDA_NAMES, "cpu": CPU_NAMES}
 COMPONENT_LABELS = {
@@ -26,7 +27,8 @@ COMPONENT_LABELS = {
     "aten": "ATen ops",
     "overhead": "overhead",
 }
-_MODES = ("train", "eval")
+# "trace": rows made from trace files (one per device, then one per step).
+_MODES = ("train", "eval", "trace")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,19 @@ def breakdown_rows(records: Iterable[RunRecord]) -> list[BreakdownRow]:
             continue
         out.append(BreakdownRow(r.config.model, r.domain or "-", r.config.mode, b["kind"], float(b["span_ms"]),
                                 int(b["steps"]), {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[b["kind"]]}))
+    return out
+
+
+def trace_breakdown_rows(analyses: Iterable[Any]) -> list[BreakdownRow]:
+    """Rows for trace analyses (:class:`torchgauge.trace_analysis.DeviceAnalysis`): one per
+    device over all its steps, then one per step; mode ``"trace"``, domain ``"trace"``."""
+    out = []
+    for a in analyses:
+        records = [("", a.breakdown)] + [(f" step {i}", s) for i, s in enumerate(a.per_step)]
+        for suffix, b in records:
+            kind = b["kind"]
+            out.append(BreakdownRow(a.label + suffix, "trace", "trace", kind, float(b["span_ms"]), int(b["steps"]),
+                                    {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[kind]}))
     return out
 
 
@@ -89,7 +104,7 @@ def write_breakdown_chart(rows: Sequence[BreakdownRow], path: str | Path) -> Pat
                              squeeze=False)
     for ax, (kind, mode) in zip(axes[:, 0], panels):
         members = [r for r in rows if r.kind == kind and r.mode == mode]
-        labels = [f"{r.model} ({r.domain})" for r in members]
+        labels = [r.model if r.mode == "trace" else f"{r.model} ({r.domain})" for r in members]
         left = [0.0] * len(members)
         for name in COMPONENTS[kind]:
             widths = [100.0 * r.fractions[name] for r in members]

@@ -147,6 +147,19 @@ def render_markdown(table: dict[str, Any]) -> str:
         verdict = "match" if row["verdict"] == "match" else "**differs**"
         out.append(f"| [{name}](#{name.lower()}) | {verdict} | {tb_params} / {ours_params} | "
                    f"{batch(tb)} vs {batch(ours)} |")
+    out += [
+        "",
+        "## Published architectures",
+        "",
+        "Models named after a torchvision, timm or Hugging Face architecture match its published parameter "
+        f"count (within {PARAM_RTOL:.1%}). The torchvision and Hugging Face architectures among the shared names "
+        "(alexnet ... vgg16, hf_*) are in the table above, where TorchBench's count is the library's. The others:",
+        "",
+        "| model | architecture | published | ours | source |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in table.get("published", {}).items():
+        out.append(f"| {name} | {row['architecture']} | {row['params']:,} | {row['ours_params']:,} | {row['source']} |")
     out += ["", "## Per model", ""]
     for name, row in rows.items():
         tb, ours = row["torchbench"], row["ours"]
@@ -217,6 +230,25 @@ def test_verdict_agrees_with_the_values(name: str) -> None:
         assert row["verdict"].startswith("differs: "), row["verdict"]
 
 
+PUBLISHED = sorted(TABLE.get("published", {}))
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_architecture_parameter_count(name: str) -> None:
+    row = TABLE["published"][name]
+    ours = measure_published(name, row["build"])
+    assert ours == row["ours_params"], f"{name} drifted from docs/torchbench-fidelity.json; regenerate it"
+    assert abs(ours - row["params"]) <= PARAM_RTOL * row["params"], f"{name}: {ours:,} vs published {row['params']:,}"
+
+
+def measure_published(name: str, build: str) -> int:
+    """Parameters of the full-size model ``name`` built on ``build`` (see BUILD_MODES; "spec": the registry's)."""
+    if build == "spec":
+        return get_spec(name).param_count
+    mode = get_spec(name).modes[0]
+    return sum(p.numel() for p in _build(name, mode, build).module.parameters())
+
+
 def test_markdown_is_rendered_from_the_table() -> None:
     assert TABLE_MD.read_text() == render_markdown(TABLE) + "\n"
 
@@ -225,6 +257,8 @@ def _write() -> None:
     table = load_table()
     for name, row in table["models"].items():
         row["ours"] = measure_ours(name, row["build"], _torchbench_modes(row))
+    for name, row in table.get("published", {}).items():
+        row["ours_params"] = measure_published(name, row["build"])
     TABLE_JSON.write_text(json.dumps(table, indent=1) + "\n")
     TABLE_MD.write_text(render_markdown(table) + "\n")
 

@@ -48,7 +48,10 @@ def _run_and_check(name: str, mode: str, device: str) -> None:
         out = w.step()
         after = [p.detach() for p in w.module.parameters() if p.requires_grad]
         changed = sum(not torch.equal(a, b) for a, b in zip(before, after))
-        assert changed > 0, f"{name}: no parameter changed after a training step"
+        # TorchBench's basic_gnn_* train steps stop at backward (no optimizer): gradients, not updates
+        with_grad = sum(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in w.module.parameters())
+        assert changed > 0 or (not w.needs_optimizer and with_grad > 0), (
+            f"{name}: no parameter changed (and no gradient computed) by a training step")
     else:
         out = w.step()
     leaves = list(_float_leaves(out))

@@ -230,6 +230,15 @@ def test_verdict_agrees_with_the_values(name: str) -> None:
         assert row["verdict"].startswith("differs: "), row["verdict"]
 
 
+def test_create_takes_the_cpu_batch_size_on_cpu() -> None:
+    # demucs evaluates 8 clips by default and 1 on CPU (TorchBench divides its eval batch by 8 there)
+    spec = get_spec("demucs")
+    assert (spec.batch_size("eval"), spec.batch_size("eval", "cuda"), spec.batch_size("eval", "cpu")) == (8, 8, 1)
+    import torchgauge
+
+    assert torchgauge.create("demucs", mode="eval", device="cpu", size="smoke").batch_size == 1  # smoke caps at 2
+
+
 PUBLISHED = sorted(TABLE.get("published", {}))
 
 

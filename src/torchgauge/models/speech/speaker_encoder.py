@@ -85,10 +85,13 @@ class SpeakerEncoderWithLoss(nn.Module):
 def _create_speaker_encoder(ctx: BuildContext, *, utterances_per_speaker: int = 2, frames: int = 50,
                             **kwargs) -> Workload:
     model = SpeakerEncoderWithLoss(SpeakerEncoder(**kwargs), AngleProtoLoss())
-    if ctx.train and ctx.batch_size % utterances_per_speaker:
-        raise ValueError(f"batch size {ctx.batch_size} must be a multiple of utterances_per_speaker={utterances_per_speaker}")
-    speakers = ctx.batch_size // utterances_per_speaker
-    mels = ctx.rand(ctx.batch_size, ctx.pick(frames, 8), model.encoder.layers[0].lstm.input_size)  # (B, T, 40)
+    clips = ctx.batch_size
+    if ctx.train and ctx.smoke and not ctx.batch_size_given:
+        clips = 2 * utterances_per_speaker  # two speakers: the fewest for which the loss has a gradient
+    if ctx.train and clips % utterances_per_speaker:
+        raise ValueError(f"batch size {clips} must be a multiple of utterances_per_speaker={utterances_per_speaker}")
+    speakers = clips // utterances_per_speaker
+    mels = ctx.rand(clips, ctx.pick(frames, 8), model.encoder.layers[0].lstm.input_size)  # (B, T, 40)
 
     def angle_proto(embeddings: torch.Tensor, _targets: None) -> torch.Tensor:
         return model.criterion(embeddings.view(speakers, utterances_per_speaker, -1))

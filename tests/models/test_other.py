@@ -16,10 +16,10 @@ from torchgauge.models.other.differential_privacy import per_sample_gradients, p
 from torchgauge.models.other.lennard_jones import (
     PairPotential,
     distance_energies_and_forces,
-    potential_mlp,
     energies_and_forces,
     lennard_jones_energy,
     lennard_jones_forces,
+    potential_mlp,
 )
 from torchgauge.models.other.linear_chain_crf import LinearChainCRF
 from torchgauge.models.other.maml import MAMLConfig, MAMLWorkload, OmniglotNet

@@ -52,5 +52,4 @@ class AlexNet(nn.Module):
 def alexnet(ctx: BuildContext, **kwargs) -> Workload:
     """AlexNet at 224x224 (smoke: 64 px, the smallest size that survives its three pools)."""
     model = AlexNet(**kwargs)
-    num_classes = model.classifier[-1].out_features
     return torchvision_classification(ctx, model, image_size=ctx.pick(224, 64))

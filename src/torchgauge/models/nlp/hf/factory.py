@@ -188,6 +188,7 @@ def create_hf_generation(
     new_tokens: int,
     cpu_prompt_len: int | None = None,
     static_cache: bool = True,
+    attention_mask: bool = True,
     **overrides: Any,
 ) -> Workload:
     """Greedy ``generate()`` of ``new_tokens`` tokens after a random prompt of ``prompt_len``.
@@ -195,7 +196,8 @@ def create_hf_generation(
     ``min_new_tokens = max_new_tokens`` fixes the decode length; ``static_cache`` preallocates
     the KV cache (``cache_implementation="static"``) for models that support it. Both lengths
     are the full-size values, ``cpu_prompt_len`` the prompt on CPU where it differs (TorchBench
-    shortens it); smoke size uses ``spec.smoke_seq_len`` and 4 new tokens.
+    shortens it); smoke size uses ``spec.smoke_seq_len`` and 4 new tokens. ``attention_mask=False``
+    passes the prompt alone, as TorchBench's generate models do.
     """
     transformers = import_transformers()
     config = spec.build_config(transformers, smoke=ctx.smoke, **overrides)
@@ -204,8 +206,9 @@ def create_hf_generation(
         prompt_len = cpu_prompt_len
     prompt_len, new_tokens = ctx.pick((prompt_len, new_tokens), (spec.smoke_seq_len, 4))
     prompt = ctx.randint(0, config.vocab_size, (ctx.batch_size, prompt_len))
-    # The tokenizer's mask: every prompt token is real (no padding in a synthetic batch).
-    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    inputs = {"input_ids": prompt}
+    if attention_mask:  # the tokenizer's mask: every prompt token is real (no padding in a synthetic batch)
+        inputs["attention_mask"] = torch.ones_like(prompt)
     generation_config = transformers.GenerationConfig(
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,

@@ -93,4 +93,4 @@ def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
 def hf_T5_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small generate(): 2048-token input (512 on CPU), 256 greedy new tokens, dynamic cache as TorchBench."""
     return create_hf_generation(ctx, T5_SMALL, prompt_len=2048, cpu_prompt_len=512, new_tokens=256, static_cache=False,
-                                **kwargs)
+                                attention_mask=False, **kwargs)

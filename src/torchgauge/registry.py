@@ -80,6 +80,9 @@ class ModelSpec:
     source: str  # paper or reference implementation the architecture follows
     train_batch_size: int  # the original training code's batch size (paper, sec. 2.2)
     eval_batch_size: int  # default inference batch size (tune-batch can search a better one)
+    # (train, eval) defaults on CPU where they differ (TorchBench divides several eval batches
+    # on CPU, e.g. BERT_pytorch 16 -> 2); None: the same as on any other device.
+    cpu_batch_size: tuple[int, int] | None = None
     modes: tuple[str, ...] = MODES  # modes the model supports
     devices: tuple[str, ...] = ("cpu", "cuda")  # device types the model supports
     tags: frozenset[str] = frozenset()  # free-form labels, e.g. "mlperf", "hf", "generation"
@@ -92,8 +95,10 @@ class ModelSpec:
     preload: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
-    def batch_size(self, mode: str) -> int:
-        """Default batch size for ``mode``."""
+    def batch_size(self, mode: str, device_type: str | None = None) -> int:
+        """Default batch size for ``mode`` on ``device_type`` (``"cpu"``, ``"cuda"``; None: not CPU)."""
+        if device_type == "cpu" and self.cpu_batch_size is not None:
+            return self.cpu_batch_size[0] if mode == "train" else self.cpu_batch_size[1]
         return self.train_batch_size if mode == "train" else self.eval_batch_size
 
     def as_dict(self) -> dict[str, Any]:
@@ -105,6 +110,7 @@ class ModelSpec:
             "source": self.source,
             "train_batch_size": self.train_batch_size,
             "eval_batch_size": self.eval_batch_size,
+            "cpu_batch_size": list(self.cpu_batch_size) if self.cpu_batch_size else None,
             "modes": list(self.modes),
             "devices": list(self.devices),
             "tags": sorted(self.tags),
@@ -125,6 +131,7 @@ def register_model(
     task: str,
     source: str,
     batch_size: int | tuple[int, int],
+    cpu_batch_size: int | tuple[int, int] | None = None,
     modes: Iterable[str] = MODES,
     devices: Iterable[str] = ("cpu", "cuda"),
     tags: Iterable[str] = (),
@@ -141,6 +148,7 @@ def register_model(
         task: the model's task, free text in snake_case.
         source: the paper or implementation the architecture follows.
         batch_size: one int for both modes, or ``(train, eval)``.
+        cpu_batch_size: the defaults on CPU where they differ, same form; None: as ``batch_size``.
         modes: subset of ``("train", "eval")``.
         devices: device types supported (``"cpu"``, ``"cuda"``, ...).
         tags: labels as data (``"mlperf"``, ``"hf"``, ...).
@@ -161,6 +169,7 @@ def register_model(
     if bad or not modes:
         raise ValueError(f"invalid modes {modes!r}; accepted: {', '.join(MODES)}")
     train_bs, eval_bs = (batch_size, batch_size) if isinstance(batch_size, int) else batch_size
+    cpu_bs = (cpu_batch_size, cpu_batch_size) if isinstance(cpu_batch_size, int) else cpu_batch_size
 
     def decorator(fn: Callable[..., "Workload"]) -> Callable[..., "Workload"]:
         name = fn.__name__
@@ -172,6 +181,7 @@ def register_model(
             source=source,
             train_batch_size=int(train_bs),
             eval_batch_size=int(eval_bs),
+            cpu_batch_size=None if cpu_bs is None else (int(cpu_bs[0]), int(cpu_bs[1])),
             modes=modes,
             devices=tuple(devices),
             tags=frozenset(tags),
@@ -313,7 +323,7 @@ def create(
         name: a registered model name.
         mode: ``"train"`` or ``"eval"``.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-        batch_size: overrides the model's default for ``mode``.
+        batch_size: overrides the model's default for ``mode`` on ``device``'s type.
         size: ``"full"`` (the real benchmark) or ``"smoke"`` (tiny, same code path).
         seed: seeds weights and synthetic inputs.
         model_kwargs: architecture overrides passed to the builder (e.g. ``embedding_dim=64``).
@@ -356,7 +366,7 @@ def create(
         name=name,
         mode=mode,
         device=dev,
-        batch_size=batch_size or spec.batch_size(mode),
+        batch_size=batch_size or spec.batch_size(mode, dev.type),
         size=size,
         seed=seed,
         batch_size_given=batch_size is not None,

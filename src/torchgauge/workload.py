@@ -153,6 +153,9 @@ class Workload:
     eval_grad_mode: ClassVar[str] = "inference"
     # Set False in subclasses that build their own optimizers (GANs, RL).
     needs_optimizer: ClassVar[bool] = True
+    # False where the reference's training step leaves the weights as they are (it stops at
+    # backward, or accumulates gradients without stepping): tests then check for gradients.
+    updates_parameters: bool = True
     # Gradient-norm clipping between backward and the optimizer step, as many references do
     # (after unscaling under fp16 AMP, so the true gradients are clipped); None: no clipping.
     max_grad_norm: float | None = None

@@ -10,18 +10,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import torchgauge
 from torchgauge.models.other.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
 from torchgauge.models.other.differential_privacy import per_sample_gradients, privatize_gradients
 from torchgauge.models.other.lennard_jones import (
     PairPotential,
+    distance_energies_and_forces,
     energies_and_forces,
     lennard_jones_energy,
     lennard_jones_forces,
+    potential_mlp,
 )
 from torchgauge.models.other.linear_chain_crf import LinearChainCRF
 from torchgauge.models.other.maml import MAMLConfig, MAMLWorkload, OmniglotNet
 from torchgauge.models.other.moco import MoCo, MoCoConfig
-from torchgauge.models.other.ocean_grid import grid_shape
+from torchgauge.models.other.ocean_grid import NumpyLegacyStream, grid_shape
 from torchgauge.models.other.pyhpc_equation_of_state import gsw_dhdct, specific_volume
 from torchgauge.models.other.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
 from torchgauge.workload import BuildContext
@@ -166,6 +169,32 @@ def test_eos_matches_pyhpc_reference(point, expected) -> None:
     assert gsw_dhdct(*map(_f64, point)).item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
+# TorchBench's own gsw_dHdT (pyhpc_equation_of_state/eos_pytorch.py at 0e83c440) on its seed-17
+# inputs at 2**12 points: the output's sum and its values at a few flat indices.
+TORCHBENCH_EOS_SMOKE_SUM = 84.2527637165103
+TORCHBENCH_EOS_SMOKE_VALUES = {0: 0.1943896310866231, 1000: -0.13158846347877784, 2047: 0.3486889113754046,
+                               3000: -0.19314852489401346, 4095: -0.8129357637599242}
+
+
+def test_eos_feeds_torchbench_inputs_and_matches_its_outputs() -> None:
+    w = torchgauge.create("pyhpc_equation_of_state", mode="eval", size="smoke")
+    sa, ct, p = w.inputs
+    assert (sa.shape, ct.shape, p.shape) == ((32, 32, 4), (32, 32, 4), (1, 1, 4))
+    # numpy.random.seed(17); numpy.random.uniform(1e-2, 10): the first draw is 0.2946650026871097
+    assert sa.flatten()[0].item() == 1e-2 + (10 - 1e-2) * 0.2946650026871097
+    out = w.step().flatten()
+    assert out.sum().item() == pytest.approx(TORCHBENCH_EOS_SMOKE_SUM, rel=1e-8)
+    for index, expected in TORCHBENCH_EOS_SMOKE_VALUES.items():
+        assert out[index].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_numpy_legacy_stream_matches_numpy() -> None:
+    np = pytest.importorskip("numpy")
+    ours = NumpyLegacyStream(17).uniform(-12.0, 20.0, (3, 5))
+    reference = np.random.RandomState(17).uniform(-12.0, 20.0, (3, 5))
+    assert torch.equal(ours, torch.from_numpy(reference))
+
+
 def test_eos_is_the_ct_derivative_of_integrated_specific_volume() -> None:
     sa, ct, p = _f64(35.16504), 8.0, 800.0
     pressures = torch.linspace(0.0, p, 2001, dtype=F64)
@@ -214,6 +243,16 @@ def test_forces_are_minus_the_energy_gradient() -> None:
         torch.testing.assert_close(forces, _finite_difference_forces(model, positions), rtol=1e-6, atol=1e-8)
         fd = _finite_difference_forces(lennard_jones_energy, positions)
         torch.testing.assert_close(lennard_jones_forces(positions), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_distance_forces_are_minus_the_energy_gradient() -> None:
+    # TorchBench's lennard_jones: forces from vmap(jacrev) of the scalar-distance MLP
+    torch.manual_seed(0)
+    mlp = potential_mlp().double()
+    separations = torch.tensor([[0.6, 0.0, 0.0], [0.3, 0.4, 0.0], [0.0, 0.5, 0.5]], dtype=F64, requires_grad=True)
+    energies, forces = distance_energies_and_forces(mlp, separations)
+    (grad,) = torch.autograd.grad(energies.sum(), separations)
+    torch.testing.assert_close(forces, -grad)
 
 
 def test_lennard_jones_pair_values() -> None:

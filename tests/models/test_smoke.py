@@ -50,7 +50,7 @@ def _run_and_check(name: str, mode: str, device: str) -> None:
         if getattr(w, "updates_parameters", True):
             changed = sum(not torch.equal(a, b) for a, b in zip(before, after))
             assert changed > 0, f"{name}: no parameter changed after a training step"
-        else:  # the reference's step only accumulates gradients (fastNLP_Bert): they must exist
+        else:  # the reference's step only accumulates gradients (fastNLP_Bert, basic_gnn_*, lr 0): they must exist
             grads = [p.grad for p in w.module.parameters() if p.requires_grad]
             assert any(g is not None and g.abs().sum() > 0 for g in grads), f"{name}: no gradient after a step"
     else:

@@ -113,12 +113,14 @@ def test_center_trim_and_demucs_output_length() -> None:
     assert out.shape[:3] == (1, 4, 2) and out.shape[-1] < length
 
 
-def test_tts_angular_batches_speakers_times_utterances() -> None:
+def test_tts_angular_batches_clips_and_trains_finite() -> None:
     w = torchgauge.create("tts_angular", mode="eval", size="smoke", batch_size=3)
     (mels,) = w.inputs
-    assert mels.shape == (3 * 2, 8, 40)
+    assert mels.shape == (3, 8, 40)  # TorchBench's rand(B, frames, 40)
     embeddings = w.step()
-    assert torch.allclose(embeddings.norm(dim=1), torch.ones(6), atol=1e-5)
+    assert torch.allclose(embeddings.norm(dim=1), torch.ones(3), atol=1e-5)
+    train = torchgauge.create("tts_angular", mode="train", size="smoke", batch_size=4)
+    assert torch.isfinite(train.step())  # 2 speakers x 2 clips: a finite angular prototypical loss
 
 
 def test_speech_transformer_targets_end_with_eos() -> None:

@@ -112,7 +112,9 @@ def test_nfnet_image_size(mode: str, size: str, image_size: int) -> None:
 def test_architecture_overrides_reach_the_model() -> None:
     w = torchgauge.create("mobilenet_v2", mode="eval", size="smoke", num_classes=10)
     assert w.step().shape == (2, 10)
-    assert int(w.targets.max()) < 10
+    train = torchgauge.create("mobilenet_v2", mode="train", size="smoke", num_classes=10)
+    assert train.targets is None  # TorchBench's step draws soft targets from the logits each step
+    assert torch.isfinite(train.step())
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2_quantized_qat", "resnet50_quantized_qat"])

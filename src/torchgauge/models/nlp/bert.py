@@ -86,9 +86,10 @@ def _create_bert(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (tokens, segments), (is_next, labels), loss_fn=_pretraining_loss, optimizer=opt)
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(16, 16), param_count=115_805_991,
+@register_model(domain="nlp", task="language_modeling", batch_size=(16, 16), cpu_batch_size=(16, 2), param_count=115_805_991,
                 source="Devlin et al. 2018; codertimo/BERT-pytorch",
-                notes="param_count: the reference implementation at the suite's 20,005-word vocabulary")
+                notes="param_count: the reference implementation at the suite's 20,005-word vocabulary; "
+                      "eval batch 2 on CPU, as TorchBench (16 / 8)")
 def BERT_pytorch(ctx: BuildContext, **kwargs) -> Workload:  # noqa: N802 (the suite's name)
     """BERT-base (12 layers, 768 wide, 12 heads) with masked-LM and next-sentence heads."""
     return _create_bert(ctx, **kwargs)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, language_modeling
+from torchgauge.workload import BuildContext, Workload
 
 __all__ = ["GPT", "GPTConfig", "Block"]
 
@@ -151,18 +151,31 @@ def _create_gpt(ctx: BuildContext, **kwargs) -> Workload:
     if not ctx.train:
         prompt = ctx.randint(0, config.vocab_size, (ctx.batch_size, ctx.pick(64, 8)))
         return GenerationWorkload(ctx, model, prompt, max_new_tokens=ctx.pick(32, 4), temperature=0.8, top_k=200)
-    workload = language_modeling(ctx, model, vocab_size=config.vocab_size, seq_len=min(config.block_size, ctx.pick(1024, 32)))
+    # TorchBench's training step: the same 64-token prompt, nanoGPT's inference-time forward
+    # (last position's logits only, no targets) and the loss logits.sum() / logits.numel().
+    prompt = ctx.randint(1, config.vocab_size, (ctx.batch_size, ctx.pick(64, 8)))
     decay = [p for p in model.parameters() if p.dim() >= 2]  # nanoGPT: no weight decay on biases and norms
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    workload.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                           lr=6e-4, betas=(0.9, 0.95))
-    return workload
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=6e-4, betas=(0.9, 0.95))
+    return LastLogitsWorkload(ctx, model, (prompt,), optimizer=optimizer)
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(12, 1), param_count=124_439_808,
-                source="Radford et al. 2019 (GPT-2); karpathy/nanoGPT", tags=("generation",),
+class LastLogitsWorkload(Workload):
+    """TorchBench's nanogpt train step: loss = mean of the last position's logits, AdamW step."""
+
+    def forward(self) -> torch.Tensor:
+        (idx,) = self.inputs
+        return self.module(idx, last_only=True)
+
+    def compute_loss(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.sum() / logits.numel()
+
+
+@register_model(domain="nlp", task="language_modeling", batch_size=(1, 1), param_count=124_439_808,
+                source="Radford et al. 2019 (GPT-2); karpathy/nanoGPT; TorchBench nanogpt", tags=("generation",),
                 notes="vocab padded to 50,304 as nanoGPT trains it: 36,096 parameters above GPT-2's published count; "
-                      "eval samples 32 tokens after a 64-token prompt")
+                      "as TorchBench: train = mean of the last logits of a 64-token prompt, eval samples 32 tokens")
 def nanogpt(ctx: BuildContext, **kwargs) -> Workload:
-    """GPT-2 124M (12 layers, 12 heads, 768 wide); train on 1024-token blocks, eval = generation."""
+    """GPT-2 124M (12 layers, 12 heads, 768 wide); TorchBench's 64-token-prompt train step, eval = generation."""
     return _create_gpt(ctx, **kwargs)

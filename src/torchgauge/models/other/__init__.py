@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (registers models)
     lfads,
     linear_chain_crf,
     maml,
+    maml_strided_conv,
     moco,
     neural_spline_flow,
     patchtst,

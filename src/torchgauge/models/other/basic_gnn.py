@@ -1,15 +1,17 @@
 """Basic graph neural networks (GCN, GIN, GraphSAGE, EdgeCNN, GAT) for full-graph node classification.
 
-TorchBench's ``basic_gnn_*`` run PyTorch Geometric's ``BasicGNN`` models (MIT): three
-layers of 64 channels with ReLU in between. Here the message passing is written directly
-with ``index_add_`` / ``scatter_reduce`` over an edge list (no PyG dependency), on a
-random graph the size of Cora (2708 nodes, 5278 undirected edges stored both ways, 1433
-bag-of-words features, 7 classes), trained with cross-entropy over all nodes. Layers:
+TorchBench's ``basic_gnn_*`` run PyTorch Geometric's ``BasicGNN`` models (MIT) as
+``Model(64, 64, num_layers=3)``: three layers of 64 channels with ReLU in between, no dropout,
+no normalisation. Here the message passing is written directly with ``index_add_`` /
+``scatter_reduce`` over an edge list (no PyG dependency), on TorchBench's inputs: ``randn(10000,
+64)`` node features and ``randint(10000, (2, 200000))`` edges. TorchBench's training step is a
+forward and ``out.backward(randn_like(out))``, with no loss and no optimizer step; eval is one
+forward. Layers:
 
 * GCN (Kipf & Welling, 2017): ``D^-1/2 (A + I) D^-1/2 X W + b``;
-* GIN (Xu et al., 2019): ``MLP((1 + eps) x_i + sum_j x_j)``, eps = 0, MLP = Linear-BN-ReLU-Linear;
+* GIN (Xu et al., 2019): ``MLP((1 + eps) x_i + sum_j x_j)``, eps = 0, MLP = Linear-ReLU-Linear;
 * GraphSAGE (Hamilton et al., 2017): ``W_1 mean_j x_j + W_2 x_i`` (mean aggregator);
-* EdgeConv (Wang et al., 2019): ``max_j MLP([x_i, x_j - x_i])`` on the same graph;
+* EdgeConv (Wang et al., 2019): ``max_j MLP([x_i, x_j - x_i])``, MLP = Linear-ReLU-Linear;
 * GAT (Velickovic et al., 2018), as PyG's ``GATConv`` inside ``BasicGNN``'s ``GAT``: one head
   (``heads=1``, PyG's default, which TorchBench keeps), self loops added, logits
   ``leaky_relu(a_src . W x_j + a_dst . W x_i, 0.2)``, an edge softmax over each target's
@@ -84,11 +86,11 @@ class GCNConv(nn.Module):
 
 
 class GINConv(nn.Module):
-    """``x -> MLP(x_i + sum_j x_j)``, MLP = Linear, BatchNorm, ReLU, Linear."""
+    """``x -> MLP(x_i + sum_j x_j)``, MLP = Linear, ReLU, Linear (PyG BasicGNN's, no norm)."""
 
     def __init__(self, in_ch: int, out_ch: int) -> None:
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(in_ch, out_ch), nn.BatchNorm1d(out_ch), nn.ReLU(), nn.Linear(out_ch, out_ch))
+        self.mlp = nn.Sequential(nn.Linear(in_ch, out_ch), nn.ReLU(), nn.Linear(out_ch, out_ch))
 
     def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         return self.mlp(x + aggregate(x[edges[0]], edges[1], x.shape[0], "sum"))
@@ -107,15 +109,15 @@ class SAGEConv(nn.Module):
 
 
 class EdgeConv(nn.Module):
-    """``x -> max_j Linear([x_i, x_j - x_i])``: an edge function on the pair, max over neighbours."""
+    """``x -> max_j MLP([x_i, x_j - x_i])``: an edge MLP (Linear, ReLU, Linear) on the pair, max over neighbours."""
 
     def __init__(self, in_ch: int, out_ch: int) -> None:
         super().__init__()
-        self.lin = nn.Linear(2 * in_ch, out_ch)
+        self.mlp = nn.Sequential(nn.Linear(2 * in_ch, out_ch), nn.ReLU(), nn.Linear(out_ch, out_ch))
 
     def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         x_i, x_j = x[edges[1]], x[edges[0]]  # (E, C) at target and source
-        return aggregate(self.lin(torch.cat([x_i, x_j - x_i], dim=1)), edges[1], x.shape[0], "max")
+        return aggregate(self.mlp(torch.cat([x_i, x_j - x_i], dim=1)), edges[1], x.shape[0], "max")
 
 
 def edge_softmax(logits: torch.Tensor, target: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -164,13 +166,13 @@ _LAYERS = {"gcn": GCNConv, "gin": GINConv, "sage": SAGEConv, "edgecnn": EdgeConv
 @dataclass(frozen=True)
 class GNNConfig:
     layer: str = "gcn"  # key of _LAYERS
-    num_nodes: int = 2708  # Cora
-    num_edges: int = 5278  # undirected; stored in both directions
-    in_channels: int = 1433  # bag-of-words vocabulary
+    num_nodes: int = 10_000  # TorchBench's random graph
+    num_edges: int = 200_000  # directed, drawn uniformly (self loops and repeats included)
+    in_channels: int = 64
     hidden: int = 64  # TorchBench's basic_gnn width
     num_layers: int = 3
-    num_classes: int = 7
-    dropout: float = 0.5  # Kipf & Welling's Cora setting
+    num_classes: int = 64  # out_channels: BasicGNN's default (None) keeps the hidden width
+    dropout: float = 0.0  # BasicGNN's default
     heads: int = 1  # GAT only: PyG BasicGNN GAT's default
 
 
@@ -198,45 +200,52 @@ class BasicGNN(nn.Module):
         return x
 
 
+class GradientOnlyWorkload(Workload):
+    """TorchBench's basic_gnn train step: forward, then ``out.backward(randn_like(out))``; no optimizer."""
+
+    needs_optimizer = False
+    updates_parameters = False  # TorchBench's step ends at backward: gradients, no update
+
+    def train_step(self) -> torch.Tensor:
+        with self.autocast():
+            out = self.forward()
+        out.backward(torch.randn_like(out))
+        return out.detach()
+
+
 def _create_basic_gnn(ctx: BuildContext, **kwargs) -> Workload:
     smoke = dict(num_nodes=64, num_edges=256, in_channels=32) if ctx.smoke else {}
     cfg = replace(GNNConfig(), **{**smoke, **kwargs})
     if cfg.layer not in _LAYERS:
         raise ValueError(f"unknown layer {cfg.layer!r}; accepted: {', '.join(_LAYERS)}")
-    n = cfg.num_nodes
-    source = ctx.randint(0, n, (cfg.num_edges,))
-    target = (source + ctx.randint(1, n, (cfg.num_edges,))) % n  # no self loops
-    edges = torch.cat([torch.stack([source, target]), torch.stack([target, source])], dim=1)  # (2, 2 E)
-    features = (ctx.rand(n, cfg.in_channels) < 18 / 1433).float()  # ~18 words per Cora paper
-    labels = ctx.randint(0, cfg.num_classes, (n,))
-    model = BasicGNN(cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4) if ctx.train else None
-    return Workload(ctx, model, (features, edges), labels, loss_fn=F.cross_entropy, optimizer=opt)
+    features = ctx.randn(cfg.num_nodes, cfg.in_channels)  # (N, C_in)
+    edges = ctx.randint(0, cfg.num_nodes, (2, cfg.num_edges))  # (2, E), TorchBench's randint graph
+    return GradientOnlyWorkload(ctx, BasicGNN(cfg), (features, edges))
 
 
 _SPEC = dict(domain="other", task="node_classification", batch_size=(1, 1), tags=("gnn",),
-             source="TorchBench basic_gnn (PyG BasicGNN) on a Cora-sized random graph")
+             source="TorchBench basic_gnn (PyG BasicGNN(64, 64, num_layers=3)) on its 10k-node random graph")
 
 
-@register_model(**_SPEC)
+@register_model(**_SPEC, param_count=12_480)
 def basic_gnn_gcn(ctx: BuildContext, **kwargs) -> Workload:
-    """3-layer GCN, 64 hidden, Cora-sized graph."""
+    """3-layer GCN, 64 channels, 10k nodes / 200k random edges."""
     return _create_basic_gnn(ctx, **{"layer": "gcn", **kwargs})
 
 
-@register_model(**_SPEC)
+@register_model(**_SPEC, param_count=24_960)
 def basic_gnn_gin(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer GIN (sum aggregation, Linear-BN-ReLU-Linear MLPs), 64 hidden."""
     return _create_basic_gnn(ctx, **{"layer": "gin", **kwargs})
 
 
-@register_model(**_SPEC)
+@register_model(**_SPEC, param_count=24_768)
 def basic_gnn_sage(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer GraphSAGE (mean aggregation), 64 hidden."""
     return _create_basic_gnn(ctx, **{"layer": "sage", **kwargs})
 
 
-@register_model(**_SPEC)
+@register_model(**_SPEC, param_count=37_248)
 def basic_gnn_edgecnn(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer EdgeCNN (EdgeConv, max aggregation) on the same graph, 64 hidden."""
     return _create_basic_gnn(ctx, **{"layer": "edgecnn", **kwargs})

@@ -104,8 +104,10 @@ def _noise_generator(ctx: BuildContext) -> torch.Generator:
 
 
 def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float = 1.0, max_grad_norm: float = 1.0,
-                      lr: float = 1e-3) -> Workload:
-    model = resnet(18, num_classes=_NUM_CLASSES, norm_layer=group_norm)
+                      lr: float = 1e-3, num_classes: int = _NUM_CLASSES) -> Workload:
+    # Labels are CIFAR-10's 10 classes; the head may be wider (TorchBench's functorch_dp_cifar10
+    # keeps torchvision resnet18's 1000-way head).
+    model = resnet(18, num_classes=num_classes, norm_layer=group_norm)
     images = ctx.randn(ctx.batch_size, 3, _IMAGE_SIZE, _IMAGE_SIZE)
     labels = ctx.randint(0, _NUM_CLASSES, (ctx.batch_size,))
     if engine == "functorch":
@@ -130,10 +132,11 @@ def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float
 
 
 @register_model(domain="other", task="private_image_classification", source=_SOURCE.format("functorch_dp_cifar10"),
-                batch_size=(64, 64), tags=("differential_privacy", "functorch"), param_count=11_181_642)
+                batch_size=(64, 64), tags=("differential_privacy", "functorch"), param_count=11_689_512,
+                notes="1000-way head as TorchBench (torchvision resnet18 default) on CIFAR-10's 10 labels")
 def functorch_dp_cifar10(ctx: BuildContext, **kwargs) -> Workload:
-    """DP-SGD by hand (torch.func vmap per-sample gradients) on a GroupNorm ResNet-18, CIFAR-10."""
-    return _create_dp_resnet(ctx, engine="functorch", **kwargs)
+    """DP-SGD by hand (torch.func vmap per-sample gradients) on a GroupNorm ResNet-18 (1000-way head), CIFAR-10."""
+    return _create_dp_resnet(ctx, engine="functorch", **{"num_classes": 1000, **kwargs})
 
 
 @register_model(domain="other", task="private_image_classification", source=_SOURCE.format("opacus_cifar10"),

@@ -6,7 +6,7 @@ meta-gradient of the query loss flows back through the adaptation (second order)
 adapts the same way (first order, nothing to train through) and returns query predictions,
 so it runs with grad enabled. Batch size = tasks per meta-batch.
 
-* ``maml``: Finn et al.'s sine-wave regression: amplitude in [0.1, 5], phase in [0, pi],
+* ``maml_sinusoid``: Finn et al.'s sine-wave regression: amplitude in [0.1, 5], phase in [0, pi],
   x in [-5, 5], K = 10 shots, a 1-40-40-1 ReLU MLP, one inner step of lr 0.01 (ten at
   test time), 25 tasks, Adam(1e-3) as the meta-optimizer.
 * ``maml_omniglot``: the facebookresearch/higher ``maml-omniglot`` example (Apache-2.0) as
@@ -174,8 +174,8 @@ _OMNIGLOT_SOURCE = "Finn et al., MAML, 2017; facebookresearch/higher maml-omnigl
 
 @register_model(domain="other", task="meta_learning", source="Finn et al., MAML, 2017 (sine-wave regression)",
                 batch_size=(25, 25), tags=("meta_learning", "double_backward"), param_count=1_761)
-def maml(ctx: BuildContext, **kwargs) -> Workload:
-    """Sine-wave regression MAML: 1-40-40-1 MLP, 10 shots, 25 tasks, one inner step."""
+def maml_sinusoid(ctx: BuildContext, **kwargs) -> Workload:
+    """Sine-wave regression MAML: 1-40-40-1 MLP, 10 shots, 25 tasks, one inner step (TorchBench's maml: maml_strided_conv)."""
     return _create_maml_sine(ctx, **kwargs)
 
 

@@ -11,6 +11,10 @@ against a queue of K = 65536 keys from earlier batches, and the new keys replace
 ones. Both encoders are ResNet-50s whose classifier becomes the 128-d projection. The
 reference's "shuffle BN" only matters across GPUs and is a no-op on one device, so it is
 left out. Smoke size uses ResNet-18 encoders on 32x32 images with a 256-key queue.
+
+``moco`` is TorchBench's configuration: K = 32000 and, per step, its loader's two batches of
+(query, key) images (``randn(B, 3, 224, 224)`` each): training runs two SGD iterations, eval
+two forwards. ``moco_v2`` keeps the paper's K = 65536 and one pair per step.
 """
 
 from __future__ import annotations
@@ -88,16 +92,37 @@ class MoCo(nn.Module):
         return logits
 
 
-def _create_moco(ctx: BuildContext, **kwargs) -> Workload:
+class MoCoPairsWorkload(Workload):
+    """One step over every (query, key) pair among the inputs: an SGD iteration each (train) or a forward each (eval)."""
+
+    def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return list(zip(self.inputs[0::2], self.inputs[1::2]))
+
+    def forward(self) -> torch.Tensor:
+        for im_q, im_k in self._pairs():
+            logits = self.module(im_q, im_k)
+        return logits
+
+    def train_step(self) -> torch.Tensor:
+        for im_q, im_k in self._pairs():
+            self.optimizer.zero_grad(set_to_none=True)
+            with self.autocast():
+                loss = F.cross_entropy(self.module(im_q, im_k), self.targets)
+            self.backward_and_step(loss)
+        return loss.detach()
+
+
+def _create_moco(ctx: BuildContext, pairs: int = 1, **kwargs) -> Workload:
     smoke = dict(depth=18, queue_size=256, image_size=32) if ctx.smoke else {}
     cfg = replace(MoCoConfig(), **{**smoke, **kwargs})
     model = MoCo(cfg)
-    im_q, im_k = (ctx.randn(ctx.batch_size, 3, cfg.image_size, cfg.image_size) for _ in range(2))  # two views
+    # (query, key) views, pair after pair
+    images = tuple(ctx.randn(ctx.batch_size, 3, cfg.image_size, cfg.image_size) for _ in range(2 * pairs))
     positives = torch.zeros(ctx.batch_size, dtype=torch.long, device=ctx.device)  # the key of column 0
     opt = None
     if ctx.train:
         opt = torch.optim.SGD(model.encoder_q.parameters(), lr=0.03, momentum=0.9, weight_decay=1e-4)
-    return Workload(ctx, model, (im_q, im_k), positives, loss_fn=F.cross_entropy, optimizer=opt)
+    return MoCoPairsWorkload(ctx, model, images, positives, optimizer=opt)
 
 
 _SOURCE = "He et al., MoCo, 2020; Chen et al., MoCo v2, 2020; facebookresearch/moco"
@@ -106,8 +131,9 @@ _SOURCE = "He et al., MoCo, 2020; Chen et al., MoCo v2, 2020; facebookresearch/m
 @register_model(domain="other", task="self_supervised_learning", source=_SOURCE, batch_size=(32, 32),
                 tags=("contrastive",), param_count=47_540_608)  # 2 x ResNet-50 with a 128-d fc
 def moco(ctx: BuildContext, **kwargs) -> Workload:
-    """MoCo v1: ResNet-50 query/key encoders, 128-d, K=65536, m=0.999, T=0.07."""
-    return _create_moco(ctx, **kwargs)
+    """MoCo v1 as TorchBench: ResNet-50 query/key encoders, 128-d, K=32000, m=0.999, T=0.07, two pairs per step."""
+    full_size = {} if ctx.smoke else {"queue_size": 32000}  # smoke keeps its 256-key queue
+    return _create_moco(ctx, **{"pairs": 2, **full_size, **kwargs})
 
 
 @register_model(domain="other", task="self_supervised_learning", source=_SOURCE, batch_size=(32, 32),

@@ -10,6 +10,7 @@ only, in float64, and calls ``n`` the batch size; we do the same.
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 from torch.nn import functional as F
@@ -17,7 +18,9 @@ from torch.nn import functional as F
 from torchgauge.workload import BuildContext
 
 __all__ = [
+    "PYHPC_INPUT_SEED",
     "PYHPC_SPEC",
+    "NumpyLegacyStream",
     "SMOKE_POINTS",
     "face_gradient",
     "grid_mask",
@@ -25,6 +28,9 @@ __all__ = [
     "grid_spacing",
     "problem_points",
 ]
+
+# TorchBench draws the pyhpc inputs after ``np.random.seed(17)``.
+PYHPC_INPUT_SEED = 17
 
 # The smallest problem of the pyhpc sweep (2**12 .. 2**22): a 32 x 32 x 4 grid, wide
 # enough for the two-cell halos of the stencils.
@@ -44,6 +50,33 @@ PYHPC_SPEC = dict(
         "formulas (e.g. 1e-20 guards), hence fp16/bf16 unsupported."
     ),
 )
+
+
+class NumpyLegacyStream:
+    """The draws of ``numpy.random.RandomState(seed)``, bit for bit, without numpy.
+
+    numpy's legacy generator is MT19937 seeded by ``init_genrand(seed)``; its
+    ``random_sample`` is the same 53-bit double as Python's ``random.random`` (also MT19937),
+    so Python's generator, given numpy's initial state, reproduces numpy's stream, and
+    ``uniform(low, high)`` is ``low + (high - low) * random_sample()`` as numpy computes it.
+    This lets a workload feed TorchBench's exact ``np.random.seed(17)`` inputs.
+
+    Example:
+        >>> NumpyLegacyStream(17).uniform(0.0, 1.0, (2,)).tolist()  # numpy: [0.29466500..., 0.53058675...]
+        [0.2946650026871097, 0.5305867556052941]
+    """
+
+    def __init__(self, seed: int) -> None:
+        state = [seed & 0xFFFFFFFF]
+        for i in range(1, 624):  # MT19937 init_genrand, as numpy's legacy integer seeding
+            state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
+        self._random = random.Random()
+        self._random.setstate((3, (*state, 624), None))
+
+    def uniform(self, low: float, high: float, shape: tuple[int, ...]) -> torch.Tensor:
+        """``numpy.random.uniform(low, high, shape)`` of the stream, as a CPU float64 tensor."""
+        draws = torch.tensor([self._random.random() for _ in range(math.prod(shape))], dtype=torch.float64)
+        return (low + (high - low) * draws).reshape(shape)
 
 
 def grid_shape(points: int) -> tuple[int, int, int]:

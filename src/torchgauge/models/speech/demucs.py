@@ -140,7 +140,7 @@ def _create_demucs(ctx: BuildContext, seconds: float = 10.0, **kwargs) -> Worklo
     return Workload(ctx, model, (sources.sum(dim=1),), sources, loss_fn=_separation_l1, optimizer=opt)
 
 
-@register_model(domain="speech", task="source_separation", batch_size=(4, 8), param_count=265_679_496,
+@register_model(domain="speech", task="source_separation", batch_size=(4, 8), cpu_batch_size=(4, 1), param_count=265_679_496,
                 source="Défossez et al. 2019; facebookresearch/demucs (v2)",
                 notes="param_count: the reference at 64 initial channels; train batch 4, not the suite's 64: "
                       "backward keeps about 12 GB of activations per 10 s clip")

@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
+
+from .torchvision_step import torchvision_classification
 
 __all__ = ["AlexNet"]
 
@@ -50,5 +52,4 @@ class AlexNet(nn.Module):
 def alexnet(ctx: BuildContext, **kwargs) -> Workload:
     """AlexNet at 224x224 (smoke: 64 px, the smallest size that survives its three pools)."""
     model = AlexNet(**kwargs)
-    num_classes = model.classifier[-1].out_features
-    return image_classification(ctx, model, image_size=ctx.pick(224, 64), num_classes=num_classes)
+    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 64))

@@ -20,6 +20,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from .conv_blocks import ClassifierHead, init_conv_weights
+from .torchvision_step import torchvision_classification
 
 __all__ = ["DenseNet", "DenseNetConfig"]
 
@@ -103,8 +104,8 @@ def _create_densenet(
     batch_size=(256, 64), param_count=7_978_856,
 )  # fmt: skip
 def densenet121(ctx: BuildContext, **kwargs) -> Workload:
-    """DenseNet-121 at 224x224 (smoke: 32 px, 1x1 after the last transition)."""
-    return _create_densenet(ctx, DenseNetConfig(), image_size=ctx.pick(224, 32), **kwargs)
+    """DenseNet-121 at 224x224 with TorchBench's torchvision step (smoke: 32 px, 1x1 after the last transition)."""
+    return torchvision_classification(ctx, DenseNet(replace(DenseNetConfig(), **kwargs)), image_size=ctx.pick(224, 32))
 
 
 @register_model(

@@ -21,9 +21,10 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
 
 from .conv_blocks import ConvNormAct, InvertedResidual, SqueezeExcite, init_conv_weights, make_divisible
+from .torchvision_step import torchvision_classification
 
 __all__ = ["MBlock", "MobileNet", "MobileNetConfig", "mobilenet_v2_config"]
 
@@ -164,7 +165,7 @@ def _create_mobilenet(ctx: BuildContext, cfg: MobileNetConfig, **kwargs) -> Work
     cfg = replace(cfg, **kwargs)
     # Five stride-2 stages: at 32 px the last maps are 1x1, so batch-2 BatchNorms normalise two
     # values and MobileNetV2's weights overflow within 13 training steps; 64 px leaves 2x2.
-    return image_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 64), num_classes=cfg.num_classes)
+    return torchvision_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 64))
 
 
 _SOURCE_V2 = "Sandler et al., MobileNetV2, 2018; torchvision mobilenet_v2"

@@ -123,7 +123,9 @@ def _create_qat(ctx: BuildContext, model: nn.Module, fuse: Callable[[nn.Module],
     fuse(model)  # fusion for QAT needs train mode
     qat.qconfig = tq.get_default_qat_qconfig(QUANT_ENGINE)
     tq.prepare_qat(qat, inplace=True)
-    workload = image_classification(ctx, qat, image_size=ctx.pick(224, SMOKE_IMAGE_SIZE), num_classes=num_classes)
+    # TorchBench's QAT step: Adam at its defaults, cross-entropy on random labels.
+    workload = image_classification(ctx, qat, image_size=ctx.pick(224, SMOKE_IMAGE_SIZE), num_classes=num_classes,
+                                    optimizer="adam", lr=1e-3)
     if not ctx.train:
         torch.backends.quantized.engine = QUANT_ENGINE  # process-wide: selects the int8 kernels
         qat.eval()

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
 
 from .conv_blocks import ClassifierHead, init_conv_weights
+from .torchvision_step import torchvision_classification
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "group_norm", "resnet"]
 
@@ -198,7 +199,7 @@ def resnet(depth: int, **kwargs) -> ResNet:
 def _create_resnet(ctx: BuildContext, depth: int, **kwargs) -> Workload:
     model = resnet(depth, **kwargs)
     # Output stride 32: 32 px reaches 1x1 in layer4 at smoke size.
-    return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)
+    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))
 
 
 _SOURCE = "He et al., Deep Residual Learning for Image Recognition, 2015; torchvision resnet"

@@ -12,9 +12,10 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
 
 from .conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
+from .torchvision_step import torchvision_classification
 
 __all__ = ["ShuffleNetV2", "channel_shuffle"]
 
@@ -88,4 +89,4 @@ class ShuffleNetV2(nn.Module):
 def shufflenet_v2_x1_0(ctx: BuildContext, **kwargs) -> Workload:
     """ShuffleNetV2 1.0x at 224x224."""
     model = ShuffleNetV2(**kwargs)
-    return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)
+    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))

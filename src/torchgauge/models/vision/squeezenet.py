@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
+
+from .torchvision_step import torchvision_classification
 
 __all__ = ["Fire", "SqueezeNet"]
 
@@ -67,4 +69,4 @@ class SqueezeNet(nn.Module):
 def squeezenet1_1(ctx: BuildContext, **kwargs) -> Workload:
     """SqueezeNet 1.1 at 224x224 (smoke: 32 px, 1x1 after the third pool)."""
     model = SqueezeNet(**kwargs)
-    return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.final_conv.out_channels)
+    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))

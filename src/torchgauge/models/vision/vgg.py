@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload, image_classification
+from torchgauge.workload import BuildContext, Workload
 
 from .conv_blocks import init_conv_weights
+from .torchvision_step import torchvision_classification
 
 __all__ = ["VGG"]
 
@@ -60,5 +61,4 @@ class VGG(nn.Module):
 def vgg16(ctx: BuildContext, **kwargs) -> Workload:
     """VGG-16 at 224x224 (smoke: 32 px and 256-wide FC layers; the 4096-wide ones hold 124M weights)."""
     model = VGG(**{"hidden_dim": ctx.pick(4096, 256), **kwargs})
-    num_classes = model.classifier[-1].out_features
-    return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=num_classes)
+    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))

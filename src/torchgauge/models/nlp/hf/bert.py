@@ -64,6 +64,17 @@ BERT_LARGE_CASED = HFModelSpec(
     smoke_config=_SMOKE_BERT,
 )
 
+# TorchBench's hf_Bert_large: BertConfig(hidden_size=1024, num_hidden_layers=24,
+# num_attention_heads=16), every other field BertConfig's default (30522-token uncased
+# vocabulary, intermediate 3072: narrower than the published BERT-large's 4096).
+BERT_LARGE_TORCHBENCH = HFModelSpec(
+    checkpoint="BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16)",
+    config_class="BertConfig",
+    model_class="BertForMaskedLM",
+    config={**BERT_BASE_UNCASED.config, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16},
+    seq_len=(512, 512),
+    smoke_config=_SMOKE_BERT,
+)
 ALBERT_BASE_V2 = HFModelSpec(
     checkpoint="albert-base-v2",
     config_class="AlbertConfig",
@@ -128,6 +139,14 @@ ROBERTA_BASE = HFModelSpec(
     smoke_config=_SMOKE_BERT,
 )
 
+XLM_ROBERTA_BASE_TORCHBENCH = HFModelSpec(  # TorchBench's hf_Roberta_base: xlm-roberta-base at 512 tokens
+    checkpoint="xlm-roberta-base",
+    config_class="XLMRobertaConfig",
+    model_class="XLMRobertaForMaskedLM",
+    config={**_ROBERTA_BASE_FIELDS, "vocab_size": 250002},
+    seq_len=(512, 512),
+    smoke_config=_SMOKE_BERT,
+)
 XLM_ROBERTA_BASE = HFModelSpec(
     checkpoint="xlm-roberta-base",
     config_class="XLMRobertaConfig",
@@ -171,9 +190,16 @@ def hf_Bert(ctx: BuildContext, **kwargs: Any) -> Workload:
     return create_hf_workload(ctx, BERT_BASE_UNCASED, **kwargs)
 
 
+@register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}; TorchBench hf_Bert_large",
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=284_818_234, hf_spec=BERT_LARGE_TORCHBENCH)
+def hf_Bert_large(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """TorchBench's BERT-large (BertForMaskedLM: 24 x 1024, intermediate 3072, uncased vocabulary), sequence 512."""
+    return create_hf_workload(ctx, BERT_LARGE_TORCHBENCH, **kwargs)
+
+
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
                 batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf", "mlperf"), param_count=333_610_308, hf_spec=BERT_LARGE_CASED)
-def hf_Bert_large(ctx: BuildContext, **kwargs: Any) -> Workload:
+def bert_large_cased(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-large cased (BertForMaskedLM), sequence 512; MLPerf's language model."""
     return create_hf_workload(ctx, BERT_LARGE_CASED, **kwargs)
 
@@ -192,11 +218,11 @@ def hf_DistilBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     return create_hf_workload(ctx, DISTILBERT_BASE_UNCASED, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Liu et al., RoBERTa, 2019; {_SOURCE_HF}",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=124_697_433, hf_spec=ROBERTA_BASE)
+@register_model(domain="nlp", task="masked_language_modeling", source=f"Conneau et al., XLM-R, 2019; {_SOURCE_HF}; TorchBench hf_Roberta_base",
+                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=278_295_186, hf_spec=XLM_ROBERTA_BASE_TORCHBENCH)
 def hf_Roberta_base(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """RoBERTa-base (RobertaForMaskedLM), sequence 512."""
-    return create_hf_workload(ctx, ROBERTA_BASE, **kwargs)
+    """TorchBench's: xlm-roberta-base (XLMRobertaForMaskedLM), sequence 512."""
+    return create_hf_workload(ctx, XLM_ROBERTA_BASE_TORCHBENCH, **kwargs)
 
 
 @register_model(domain="nlp", task="masked_language_modeling", source=f"Conneau et al., XLM-R, 2019; FAMBench; {_SOURCE_HF}",

@@ -2,9 +2,12 @@
 
 Paper: Radford et al., Learning Transferable Visual Models From Natural Language
 Supervision, 2021. Implementation: Hugging Face transformers ``CLIPModel`` (Apache-2.0),
-random-initialised from the openai/clip-vit-base-patch32 config. Inputs are 224x224 images
-and 77-token captions (CLIP's context length); training uses the model's own symmetric
-contrastive loss (``return_loss=True``) with TorchBench's AdamW settings.
+random-initialised from the openai/clip-vit-base-patch32 config. Inputs are TorchBench's
+shapes: 224x224 images and the 6-token caption its processor makes of "the dog is here"
+(start, four words, end) with an all-ones attention mask; training uses the model's own
+symmetric contrastive loss (``return_loss=True``; TorchBench uses torchmultimodal's
+``ContrastiveLossWithTemperature``, the same loss with its own temperature parameter) with
+TorchBench's AdamW settings.
 
 Registered under "vision": TorchBench files hf_clip with the computer-vision models, the
 image tower is the larger half of its compute, and its main use is zero-shot image
@@ -29,6 +32,7 @@ def image_text_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
     inputs = {
         "pixel_values": ctx.randn(ctx.batch_size, config.vision_config.num_channels, size, size),
         "input_ids": ctx.randint(0, config.text_config.vocab_size, (ctx.batch_size, seq_len)),
+        "attention_mask": ctx.randint(1, 2, (ctx.batch_size, seq_len)),  # no padding: all ones
     }
     if ctx.train:
         inputs["return_loss"] = True
@@ -64,8 +68,9 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
         "projection_dim": 512,
         "logit_scale_init_value": 2.6592,  # log(1 / 0.07)
     },
-    seq_len=(77, 77),
+    seq_len=(6, 6),  # TorchBench's tokenised caption "the dog is here"
     inputs=image_text_inputs,
+    smoke_seq_len=6,
     smoke_config={
         "text_config": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
                         "num_attention_heads": 2, "max_position_embeddings": 16,
@@ -86,7 +91,7 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
     batch_size=(32, 32), preload=HF_PRELOAD, tags=("hf",), param_count=151_277_313, hf_spec=CLIP_VIT_BASE_PATCH32,
 )
 def hf_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """CLIP ViT-B/32 (CLIPModel), 224x224 images and 77-token captions."""
+    """CLIP ViT-B/32 (CLIPModel), 224x224 images and 6-token captions, as TorchBench."""
     return create_hf_workload(ctx, CLIP_VIT_BASE_PATCH32, **kwargs)
 
 

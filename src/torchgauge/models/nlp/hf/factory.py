@@ -108,6 +108,9 @@ class HFModelSpec:
     model_class: str  # head class; its parameter count is the registered one
     config: Mapping[str, Any]  # the checkpoint's architecture fields
     seq_len: tuple[int, int]  # (train, eval) sequence length at size="full" (TorchBench's)
+    # Eval sequence length on CPU where TorchBench shortens it (its CPU_INPUT_SLICE divisor
+    # of the eval length, e.g. GPT-2 1024 / 4); None: the same as on any other device.
+    cpu_eval_seq_len: int | None = None
     inputs: InputRecipe = token_inputs
     smoke_seq_len: int = 16
     # size="smoke": same classes, fewer layers and narrower, with a small vocabulary,
@@ -134,6 +137,13 @@ def _model_loss(outputs: Any, targets: Any) -> torch.Tensor:
     return outputs.loss
 
 
+def _eval_seq_len(ctx: BuildContext, spec: HFModelSpec, length: int) -> int:
+    # TorchBench cuts eval inputs on CPU to ``spec.cpu_eval_seq_len`` (its CPU_INPUT_SLICE).
+    if ctx.device.type == "cpu" and spec.cpu_eval_seq_len is not None:
+        return spec.cpu_eval_seq_len
+    return length
+
+
 def create_hf_workload(ctx: BuildContext, spec: HFModelSpec, **overrides: Any) -> Workload:
     """Workload for ``spec``: train on ``outputs.loss``, eval a forward pass.
 
@@ -145,7 +155,7 @@ def create_hf_workload(ctx: BuildContext, spec: HFModelSpec, **overrides: Any) -
     transformers = import_transformers()
     config = spec.build_config(transformers, smoke=ctx.smoke, **_merge(_FORWARD_ONLY_CONFIG, overrides))
     model = spec.build_model(transformers, config, ctx.device)
-    seq_len = ctx.pick(spec.seq_len[0] if ctx.train else spec.seq_len[1], spec.smoke_seq_len)
+    seq_len = ctx.pick(spec.seq_len[0] if ctx.train else _eval_seq_len(ctx, spec, spec.seq_len[1]), spec.smoke_seq_len)
     inputs = spec.inputs(ctx, config, seq_len)
     optimizer = None
     if ctx.train:
@@ -176,22 +186,29 @@ def create_hf_generation(
     *,
     prompt_len: int,
     new_tokens: int,
+    cpu_prompt_len: int | None = None,
     static_cache: bool = True,
+    attention_mask: bool = True,
     **overrides: Any,
 ) -> Workload:
     """Greedy ``generate()`` of ``new_tokens`` tokens after a random prompt of ``prompt_len``.
 
     ``min_new_tokens = max_new_tokens`` fixes the decode length; ``static_cache`` preallocates
     the KV cache (``cache_implementation="static"``) for models that support it. Both lengths
-    are the full-size values; smoke size uses ``spec.smoke_seq_len`` and 4 new tokens.
+    are the full-size values, ``cpu_prompt_len`` the prompt on CPU where it differs (TorchBench
+    shortens it); smoke size uses ``spec.smoke_seq_len`` and 4 new tokens. ``attention_mask=False``
+    passes the prompt alone, as TorchBench's generate models do.
     """
     transformers = import_transformers()
     config = spec.build_config(transformers, smoke=ctx.smoke, **overrides)
     model = spec.build_model(transformers, config, ctx.device)
+    if ctx.device.type == "cpu" and cpu_prompt_len is not None:
+        prompt_len = cpu_prompt_len
     prompt_len, new_tokens = ctx.pick((prompt_len, new_tokens), (spec.smoke_seq_len, 4))
     prompt = ctx.randint(0, config.vocab_size, (ctx.batch_size, prompt_len))
-    # The tokenizer's mask: every prompt token is real (no padding in a synthetic batch).
-    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    inputs = {"input_ids": prompt}
+    if attention_mask:  # the tokenizer's mask: every prompt token is real (no padding in a synthetic batch)
+        inputs["attention_mask"] = torch.ones_like(prompt)
     generation_config = transformers.GenerationConfig(
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,

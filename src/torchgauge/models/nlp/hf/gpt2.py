@@ -26,7 +26,7 @@ _SMOKE_GPT2 = {
 }
 
 
-def _gpt2_spec(checkpoint: str, *, n_embd: int, n_layer: int, n_head: int) -> HFModelSpec:
+def _gpt2_spec(checkpoint: str, *, n_embd: int, n_layer: int, n_head: int, cpu_eval_seq_len: int | None = None) -> HFModelSpec:
     # gpt2 and gpt2-large share every field but width, depth and heads.
     config = {
         "vocab_size": 50257,
@@ -48,11 +48,12 @@ def _gpt2_spec(checkpoint: str, *, n_embd: int, n_layer: int, n_head: int) -> HF
         model_class="GPT2LMHeadModel",
         config=config,
         seq_len=(512, 1024),
+        cpu_eval_seq_len=cpu_eval_seq_len,
         smoke_config=_SMOKE_GPT2,
     )
 
 
-GPT2 = _gpt2_spec("gpt2", n_embd=768, n_layer=12, n_head=12)
+GPT2 = _gpt2_spec("gpt2", n_embd=768, n_layer=12, n_head=12, cpu_eval_seq_len=256)  # TorchBench: 1024 / 4 on CPU
 GPT2_LARGE = _gpt2_spec("gpt2-large", n_embd=1280, n_layer=36, n_head=20)
 
 

@@ -51,6 +51,7 @@ BIGBIRD_ROBERTA_BASE = HFModelSpec(
         "sep_token_id": 66,
     },
     seq_len=(1024, 4096),
+    cpu_eval_seq_len=819,  # TorchBench: int(4096 / 5) on CPU; > (5 + 2 * 3) * 64 keeps block-sparse attention
     # Block-sparse attention needs T > (5 + 2 * num_random_blocks) * block_size, else
     # BigBird falls back to full attention: 64 > 44 keeps the block-sparse path.
     smoke_seq_len=64,
@@ -77,27 +78,26 @@ LONGFORMER_BASE_4096 = HFModelSpec(
         "sep_token_id": 2,
     },
     seq_len=(1024, 4096),
+    cpu_eval_seq_len=512,  # TorchBench: 4096 / 8 on CPU
     smoke_seq_len=32,  # four windows of 8: sliding-chunk attention, not one block
     smoke_config={**_SMOKE_ENCODER, "attention_window": 8},
 )
 
-# google/reformer-crime-and-punishment, with the two length-bound fields set for TorchBench's
-# 4096 tokens: in training the axial position factors must multiply to the sequence length
-# (the checkpoint's (512, 1024) fits 2**19 tokens), and ~2 * T / chunk hash buckets (128)
-# replace the checkpoint's factorised (64, 128) sized for 2**19 tokens.
-REFORMER_CRIME_AND_PUNISHMENT = HFModelSpec(
-    checkpoint="google/reformer-crime-and-punishment",
+# TorchBench's hf_Reformer: ReformerConfig(num_buckets=128), every other field the config's
+# default, through AutoModelForMaskedLM (an encoder: is_decoder False, 12 heads of 64).
+REFORMER_TORCHBENCH = HFModelSpec(
+    checkpoint="ReformerConfig(num_buckets=128)",
     config_class="ReformerConfig",
-    model_class="ReformerModelWithLMHead",
+    model_class="ReformerForMaskedLM",
     config={
         "vocab_size": 320,
         "hidden_size": 256,
         "attn_layers": ["local", "lsh", "local", "lsh", "local", "lsh"],
-        "num_attention_heads": 2,
+        "num_attention_heads": 12,
         "attention_head_size": 64,
         "feed_forward_size": 512,
         "hidden_act": "relu",
-        "is_decoder": True,  # a causal LM: ReformerModelWithLMHead
+        "is_decoder": False,
         "axial_pos_embds": True,
         "axial_pos_embds_dim": [64, 192],
         "axial_pos_shape": [64, 64],
@@ -109,16 +109,19 @@ REFORMER_CRIME_AND_PUNISHMENT = HFModelSpec(
         "hidden_dropout_prob": 0.05,
         "local_attention_probs_dropout_prob": 0.05,
         "lsh_attention_probs_dropout_prob": 0.0,
+        "tie_word_embeddings": False,
         "pad_token_id": 0,
         "eos_token_id": 2,
     },
     seq_len=(4096, 4096),
+    cpu_eval_seq_len=2048,  # TorchBench: 4096 / 2 on CPU
     smoke_seq_len=32,
     smoke_config={
         "hidden_size": 64,
         "attn_layers": ["local", "lsh"],
         "attention_head_size": 32,
         "feed_forward_size": 128,
+        "num_attention_heads": 2,
         "axial_pos_embds_dim": [16, 48],  # sums to hidden_size
         "axial_pos_shape": [4, 8],
         "max_position_embeddings": 32,
@@ -177,13 +180,12 @@ def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 @register_model(
     domain="nlp", task="language_modeling", source=f"Kitaev et al., Reformer, 2020; {_SOURCE_HF}",
-    batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=2_535_232, hf_spec=REFORMER_CRIME_AND_PUNISHMENT,
-    notes="crime-and-punishment config with axial positions (64, 64) and 128 buckets for 4096 tokens; "
-    "the checkpoint's (512, 1024) table makes it 2,748,224 parameters",
+    batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=5_976_192, hf_spec=REFORMER_TORCHBENCH,
+    notes="TorchBench's ReformerConfig(num_buckets=128) defaults: axial positions (64, 64) for 4096 tokens",
 )
 def hf_Reformer(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """Reformer crime-and-punishment (ReformerModelWithLMHead), LSH + local attention, 4096 tokens."""
-    return create_hf_workload(ctx, REFORMER_CRIME_AND_PUNISHMENT, **kwargs)
+    """TorchBench's Reformer (ReformerForMaskedLM, config defaults, 128 buckets), LSH + local attention, 4096 tokens."""
+    return create_hf_workload(ctx, REFORMER_TORCHBENCH, **kwargs)
 
 
 @register_model(

@@ -29,7 +29,7 @@ _SMOKE_T5 = {
 
 
 def _t5_spec(checkpoint: str, *, d_model: int, d_ff: int, num_layers: int, num_heads: int,
-             seq_len: tuple[int, int]) -> HFModelSpec:
+             seq_len: tuple[int, int], cpu_eval_seq_len: int | None = None) -> HFModelSpec:
     # The three sizes share every field but width, depth and heads (d_kv is 64 in all).
     config = {
         "vocab_size": 32128,
@@ -55,12 +55,14 @@ def _t5_spec(checkpoint: str, *, d_model: int, d_ff: int, num_layers: int, num_h
         model_class="T5ForConditionalGeneration",
         config=config,
         seq_len=seq_len,
+        cpu_eval_seq_len=cpu_eval_seq_len,
         inputs=seq2seq_inputs,
         smoke_config=_SMOKE_T5,
     )
 
 
-T5_SMALL = _t5_spec("t5-small", d_model=512, d_ff=2048, num_layers=6, num_heads=8, seq_len=(1024, 2048))
+T5_SMALL = _t5_spec("t5-small", d_model=512, d_ff=2048, num_layers=6, num_heads=8, seq_len=(1024, 2048),
+                    cpu_eval_seq_len=512)  # TorchBench: 2048 / 4 on CPU
 T5_BASE = _t5_spec("t5-base", d_model=768, d_ff=3072, num_layers=12, num_heads=12, seq_len=(1024, 2048))
 T5_LARGE = _t5_spec("t5-large", d_model=1024, d_ff=4096, num_layers=24, num_heads=16, seq_len=(512, 512))
 
@@ -89,5 +91,6 @@ def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
 @register_model(domain="nlp", task="text_generation", source=_SOURCE, batch_size=1, modes=("eval",),
                 preload=HF_PRELOAD, tags=("hf", "generation"), param_count=60_506_624, hf_spec=T5_SMALL)
 def hf_T5_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """t5-small generate(): 2048-token input, 256 greedy new tokens, static cache."""
-    return create_hf_generation(ctx, T5_SMALL, prompt_len=2048, new_tokens=256, **kwargs)
+    """t5-small generate(): 2048-token input (512 on CPU), 256 greedy new tokens, dynamic cache as TorchBench."""
+    return create_hf_generation(ctx, T5_SMALL, prompt_len=2048, cpu_prompt_len=512, new_tokens=256, static_cache=False,
+                                attention_mask=False, **kwargs)

@@ -3,8 +3,13 @@
 Paper: Radford et al., Robust Speech Recognition via Large-Scale Weak Supervision, 2022.
 Implementation: Hugging Face transformers ``WhisperForConditionalGeneration`` (Apache-2.0),
 random-initialised from the openai/whisper-tiny config (TorchBench's ``WhisperConfig()``
-defaults are the same sizes). Inputs are 30 s of 80-bin log-mel features (3000 frames)
-and a full 448-token decoder sequence: labels in training, decoder tokens in eval.
+defaults are the same sizes). Two workloads:
+
+- ``hf_Whisper`` is TorchBench's: ``AutoModelForAudioClassification`` of ``WhisperConfig()``,
+  i.e. ``WhisperForAudioClassification`` (the encoder plus a 2-label head, 8,307,458
+  parameters), eval only, on ``randn(B, 80, 3000)`` log-mel features.
+- ``whisper_tiny`` is the full encoder-decoder: 30 s of 80-bin log-mel features (3000 frames)
+  and a full 448-token decoder sequence: labels in training, decoder tokens in eval.
 """
 
 from __future__ import annotations
@@ -69,12 +74,40 @@ WHISPER_TINY = HFModelSpec(
 )
 
 
+def features_only(ctx: BuildContext, config: Any, seq_len: int) -> dict:
+    """Log-mel features ``(B, n_mels, 2 * max_source_positions)``, TorchBench's whole input."""
+    return {"input_features": ctx.randn(ctx.batch_size, config.num_mel_bins, 2 * config.max_source_positions)}
+
+
+# TorchBench's hf_Whisper: WhisperConfig() defaults through AutoModelForAudioClassification.
+WHISPER_AUDIO_CLASSIFICATION = HFModelSpec(
+    checkpoint="WhisperConfig()",
+    config_class="WhisperConfig",
+    model_class="WhisperForAudioClassification",
+    config=WHISPER_TINY.config,
+    seq_len=(3000, 3000),  # mel frames (fixed by max_source_positions; informational)
+    inputs=features_only,
+    smoke_config=WHISPER_TINY.smoke_config,
+)
+
+
+@register_model(
+    domain="speech", task="audio_classification", modes=("eval",),
+    source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0); TorchBench hf_Whisper",
+    batch_size=8, preload=HF_PRELOAD, tags=("hf",), param_count=8_307_458, hf_spec=WHISPER_AUDIO_CLASSIFICATION,
+    notes="eval only, as TorchBench (its train raises NotImplementedError)",
+)
+def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """TorchBench's: WhisperForAudioClassification (tiny encoder + 2-label head) on (B, 80, 3000) features."""
+    return create_hf_workload(ctx, WHISPER_AUDIO_CLASSIFICATION, **kwargs)
+
+
 @register_model(
     domain="speech", task="speech_recognition",
     source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0)",
     batch_size=(8, 64), preload=HF_PRELOAD, tags=("hf",), param_count=37_760_640, hf_spec=WHISPER_TINY,
 )
-def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
+def whisper_tiny(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Whisper-tiny (WhisperForConditionalGeneration), 3000 mel frames, 448 decoder tokens."""
     return create_hf_workload(ctx, WHISPER_TINY, **kwargs)
 

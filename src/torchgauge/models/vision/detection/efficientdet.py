@@ -282,7 +282,7 @@ def _create_efficientdet(ctx: BuildContext, *, image_size: int | None = None, ma
     domain="vision",
     task="object_detection",
     source="effdet efficientdet_d0 (Tan et al., EfficientDet, 2020); TorchBench timm_efficientdet",
-    batch_size=(16, 16),
+    batch_size=(16, 128),  # TorchBench timm_efficientdet DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
     param_count=3_877_763,
 )
 def timm_efficientdet(ctx: BuildContext, **kwargs: Any) -> Workload:

@@ -200,7 +200,7 @@ def _create_fcos(ctx: BuildContext, *, image_size: tuple[int, int] | None = None
     domain="vision",
     task="object_detection",
     source="Detectron2 fcos_R_50_FPN_1x (Tian et al., FCOS, 2019); = torchvision fcos_resnet50_fpn at 80 classes",
-    batch_size=(2, 1),
+    batch_size=(1, 1),  # TorchBench detectron2 DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
     param_count=32_244_245,
 )
 def detectron2_fcos_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:

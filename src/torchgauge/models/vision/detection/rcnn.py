@@ -241,7 +241,7 @@ def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     domain="vision",
     task="instance_segmentation",
     source="torchvision maskrcnn_resnet50_fpn (He et al., Mask R-CNN, 2017)",
-    batch_size=(4, 4),
+    batch_size=(1, 1),  # TorchBench vision_maskrcnn DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
     param_count=44_401_393,
 )
 def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:

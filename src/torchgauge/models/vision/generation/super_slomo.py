@@ -172,7 +172,7 @@ def _create_super_slomo(ctx: BuildContext, *, image_size: int = 352, width: int 
     domain="vision",
     task="video_interpolation",
     source="Jiang et al., Super SloMo, CVPR 2018; avinashpaliwal/Super-SloMo",
-    batch_size=(6, 10),
+    batch_size=(6, 6),  # TorchBench Super_SloMo DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
     param_count=39_610_473,  # flow U-Net 19,794,116 + interpolation U-Net 19,816,357
     notes="Loss without the VGG16 perceptual term (needs pretrained weights); smoke is 32x32 at 1/4 width.",
 )

@@ -185,7 +185,7 @@ def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     domain="vision",
     task="text_recognition",
     source="Shi et al., CRNN, 2015; docTR crnn_vgg16_bn (mindee/doctr)",
-    batch_size=(64, 64),
+    batch_size=(64, 1),  # eval: TorchBench doctr_reco_predictor DEFAULT_EVAL_BSIZE
     param_count=15_807_676,
 )
 def doctr_reco_predictor(ctx: BuildContext, **kwargs: Any) -> Workload:

@@ -155,7 +155,8 @@ def short_caption_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
     return inputs
 
 
-TORCH_MULTIMODAL_CLIP = replace(CLIP_VIT_BASE_PATCH32, inputs=short_caption_inputs)
+# CLIPTextTransform pads every caption to its 77-token context (text_max_length)
+TORCH_MULTIMODAL_CLIP = replace(CLIP_VIT_BASE_PATCH32, inputs=short_caption_inputs, seq_len=(77, 77))
 
 
 @register_model(

@@ -15,6 +15,11 @@ from torchgauge.registry import get_spec, list_models
 from torchgauge.workload import UnsupportedError
 
 HF_MODELS = list_models(tags="hf")
+# Models built from an HFModelSpec checkpoint table (the rest of the "hf" models build their
+# transformers or diffusers classes in their own builders: SAM, fastNLP's BERT, SD2's UNet).
+SPEC_MODELS = [name for name in HF_MODELS if "hf_spec" in get_spec(name).extra]
+# Builders that need transformers (stable_diffusion_unet needs diffusers; sam_fast needs CUDA first).
+NEEDS_TRANSFORMERS = [name for name in HF_MODELS if name not in ("stable_diffusion_unet", "sam_fast")]
 
 # (layers, hidden, heads, vocab) from each hub checkpoint's config.json.
 CHECKPOINT_SIZES = {
@@ -44,7 +49,14 @@ CHECKPOINT_SIZES = {
     "YituTech/conv-bert-base": (12, 768, 12, 30522),
     "RWKV/rwkv-4-169m-pile": (12, 768, None, 50277),  # recurrent: no attention heads
     "facebook/wmt19-en-de": (6, 1024, 16, 42024),
+    "meta-llama/Llama-2-7b-hf (LlamaConfig defaults, 16 layers)": (16, 4096, 32, 32000),
+    "vikhyatk/moondream1 (as read by PhiConfig: PhiConfig defaults)": (24, 2048, 32, 51200),
+    "distil-whisper/distil-medium.en": (24, 1024, 16, 51864),
+    "stabilityai/stable-diffusion-2 (text_encoder)": (23, 1024, 16, 49408),
 }
+# LLaVA as TorchBench reads it (LlavaConfig defaults): the Llama-2-7B text model and CLIP ViT-L/14-336.
+LLAVA_TEXT_SIZES = (32, 4096, 32, 32000)
+LLAVA_VISION_SIZES = (24, 1024, 16)
 # CLIP ViT-B/32: (layers, hidden, heads, vocab) of the text and the image towers.
 CLIP_TEXT_SIZES = (12, 512, 8, 49408)
 CLIP_VISION_SIZES = (12, 768, 12, None)
@@ -79,6 +91,12 @@ EXPECTED_CHECKPOINTS = {
     "hf_ConvBert": "YituTech/conv-bert-base",
     "hf_Rwkv": "RWKV/rwkv-4-169m-pile",
     "hf_FSMT": "facebook/wmt19-en-de",
+    "torch_multimodal_clip": "openai/clip-vit-base-patch32",
+    "llama_v2_7b_16h": "meta-llama/Llama-2-7b-hf (LlamaConfig defaults, 16 layers)",
+    "llava": "liuhaotian/llava-v1.5-13b (as read by AutoConfig: LlavaConfig defaults)",
+    "moondream": "vikhyatk/moondream1 (as read by PhiConfig: PhiConfig defaults)",
+    "hf_distil_whisper": "distil-whisper/distil-medium.en",
+    "stable_diffusion_text_encoder": "stabilityai/stable-diffusion-2 (text_encoder)",
 }
 
 
@@ -88,19 +106,24 @@ def _sizes(config) -> tuple:
 
 
 def test_every_model_is_registered() -> None:
-    assert sorted(HF_MODELS) == sorted(EXPECTED_CHECKPOINTS)
+    assert sorted(SPEC_MODELS) == sorted(EXPECTED_CHECKPOINTS)
+    assert sorted(set(HF_MODELS) - set(SPEC_MODELS)) == ["fastNLP_Bert", "sam", "sam_fast", "stable_diffusion_unet"]
     assert "mlperf" in get_spec("bert_large_cased").tags
     assert get_spec("hf_GPT2").extra["torchbench_name"] == "hf_ptg1"
 
 
-@pytest.mark.parametrize("name", HF_MODELS)
+@pytest.mark.parametrize("name", SPEC_MODELS)
 def test_full_config_matches_checkpoint(name: str) -> None:
     transformers = pytest.importorskip("transformers")
     spec = get_spec(name).extra["hf_spec"]
     assert spec.checkpoint == EXPECTED_CHECKPOINTS[name]
     config = spec.build_config(transformers)
     assert config._attn_implementation == factory.ATTN_IMPLEMENTATION
-    if name == "hf_clip":
+    if name == "llava":
+        assert _sizes(config.text_config) == LLAVA_TEXT_SIZES
+        assert _sizes(config.vision_config)[:3] == LLAVA_VISION_SIZES
+        assert (config.vision_config.image_size, config.vision_config.patch_size) == (336, 14)
+    elif name in ("hf_clip", "torch_multimodal_clip"):
         assert _sizes(config.text_config) == CLIP_TEXT_SIZES
         assert _sizes(config.vision_config)[:3] == CLIP_VISION_SIZES[:3]
         assert (config.vision_config.image_size, config.vision_config.patch_size) == (224, 32)
@@ -136,11 +159,17 @@ def test_builder_overrides_reach_the_model() -> None:
     assert len(w.module.bert.encoder.layer) == 1
 
 
-@pytest.mark.parametrize("name", HF_MODELS)
+@pytest.mark.parametrize("name", NEEDS_TRANSFORMERS)
 def test_builder_raises_unsupported_without_transformers(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now fails
     with pytest.raises(UnsupportedError, match="transformers not installed"):
         torchgauge.create(name, mode=get_spec(name).modes[0], size="smoke")
+
+
+def test_unet_builder_raises_unsupported_without_diffusers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "diffusers", None)
+    with pytest.raises(UnsupportedError, match="diffusers not installed"):
+        torchgauge.create("stable_diffusion_unet", mode="eval", size="smoke")
 
 
 def test_models_register_without_transformers() -> None:

@@ -68,10 +68,12 @@ class RunnerOptions:
     # Workers at once. Keep 1 for timing (parallel runs disturb each other's samples); more
     # is for coverage recording and smoke checks, where only the outcome matters.
     jobs: int = 1
-    # torch intra-op threads per worker; None: torch's default with one job, else the CPU
-    # count shared out between the jobs (two workers of 2 threads on 2 cores spin against
-    # each other: OpenMP oversubscription made parallel smoke runs several times slower).
+    # torch intra-op threads per worker; None: harness.threads.DEFAULT_INTRA_OP_THREADS with
+    # one job, else the CPU count shared out between the jobs (two workers of 2 threads on 2
+    # cores spin against each other: OpenMP oversubscription made parallel runs several times
+    # slower). 0: one per CPU (torch's own default), for throughput on a dedicated machine.
     threads_per_worker: int | None = None
+    pin_threads: bool = False  # restrict each worker to as many CPUs as it has threads
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -163,16 +165,49 @@ def _add_accuracy(record: RunRecord) -> None:
         record.error = accuracy.get("reason")
 
 
-def worker_threads(options: RunnerOptions) -> int | None:
-    """Intra-op threads each worker uses: the explicit setting, or the CPUs split between jobs."""
+def worker_threads(options: RunnerOptions) -> int:
+    """Intra-op threads each worker uses: the explicit setting (0: one per CPU), the CPUs
+    split between jobs, or :data:`~torchgauge.harness.threads.DEFAULT_INTRA_OP_THREADS`."""
+    from .harness.threads import DEFAULT_INTRA_OP_THREADS
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if options.threads_per_worker == 0:
+        return max(1, cpus // options.jobs)
     if options.threads_per_worker is not None:
         return options.threads_per_worker
     if options.jobs > 1:
-        return max(1, (os.cpu_count() or 1) // options.jobs)
-    return None
+        return max(1, cpus // options.jobs)
+    return DEFAULT_INTRA_OP_THREADS
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None) -> None:
+def _apply_threads(options: RunnerOptions) -> None:
+    from .harness.threads import ThreadSettings, apply_thread_settings
+
+    apply_thread_settings(ThreadSettings(worker_threads(options), pin=options.pin_threads))
+
+
+@contextlib.contextmanager
+def _threads_in_this_process(options: RunnerOptions) -> Iterator[None]:
+    """--in-process runs: apply the worker's thread settings here, restore them afterwards."""
+    import torch
+
+    saved, saved_env, saved_affinity = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"), None
+    if options.pin_threads and hasattr(os, "sched_getaffinity"):
+        saved_affinity = os.sched_getaffinity(0)
+    _apply_threads(options)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+        if saved_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved_env
+        if saved_affinity is not None:
+            os.sched_setaffinity(0, saved_affinity)
+
+
+def _worker_main(config: RunConfig, options: RunnerOptions, conn, log_path: str) -> None:
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -180,12 +215,8 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
     try:
         from .registry import load_model_file
 
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
-
-        for path in model_files:
+        _apply_threads(options)
+        for path in options.model_files:
             load_model_file(path)
         record = execute(config)
     except BaseException as exc:  # model-file import errors, KeyboardInterrupt, SystemExit
@@ -246,7 +277,7 @@ class _Worker:
         self.options = options
         self.log_path = log_path
         self.recv, send = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options)),
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options, send, log_path),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()
@@ -343,8 +374,8 @@ def run_suite(
         load_model_file(path)
     if options.jobs < 1:
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
-    if options.threads_per_worker is not None and options.threads_per_worker < 1:
-        raise ValueError(f"threads_per_worker must be >= 1; got {options.threads_per_worker}")
+    if options.threads_per_worker is not None and options.threads_per_worker < 0:
+        raise ValueError(f"threads_per_worker must be >= 0 (0: one per CPU); got {options.threads_per_worker}")
     configs = list(configs)
     done: dict[int, RunRecord] = {}
     mp_ctx = _mp_context(options, configs) if options.isolate else None
@@ -359,7 +390,8 @@ def run_suite(
 
     running: dict[int, tuple[RunConfig, _Worker, float]] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp, \
+                (contextlib.nullcontext() if options.isolate else _threads_in_this_process(options)):
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
             pending = iter(enumerate(configs))

@@ -357,3 +357,17 @@ def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
     assert report["measured_points"] <= 7
     assert report["skipped_points"] == [shas[BROKEN][:10]]
     assert "builds" in err
+
+
+def test_thread_settings_are_pinned_and_part_of_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchgauge.bisect import MeasureSpec, _host_identity
+
+    one, two = MeasureSpec(models=("m",)), MeasureSpec(models=("m",), threads=2)
+    args = one.run_args("out.json")
+    assert args[args.index("--threads") + 1] == "1"  # one intra-op thread unless told otherwise
+    assert MeasureSpec(models=("m",), threads=None).run_args("o")[-3:] != one.run_args("o")[-3:]
+    assert one.identity() != two.identity()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with_one = _host_identity()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert _host_identity() != with_one  # a rerun under other OpenMP settings does not reuse points

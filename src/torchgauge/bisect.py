@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from .harness.threads import DEFAULT_INTRA_OP_THREADS, THREAD_ENV_VARS
 from .results.schema import ResultsFile, RunConfig
 from .results.schema import _json_safe  # strict JSON (NaN/inf -> null), as results files
 from .stats.bisection import BAD, GOOD, SKIP, BisectionError, BisectResult, bisect_range, find_culprits
@@ -95,7 +96,7 @@ DEFAULT_BUILD_TIMEOUT_S = 3 * 3600.0  # building torch from source takes hours
 DEFAULT_MEASURE_TIMEOUT_S = 1800.0
 # Lines of a failed build's or measurement's output kept in the report.
 LOG_TAIL_LINES = 15
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: thread settings in the key (issue 17)
 # Metrics a bisection can follow -> where its per-step value sits in RunRecord.metrics
 # (None: the timing samples). Counts are deterministic: one value per point, judged by the
 # threshold alone (stats.deterministic), immune to machine load; instructions need valgrind.
@@ -419,6 +420,9 @@ class MeasureSpec:
     warmup: int = 3
     model_files: tuple[str, ...] = ()  # absolute paths
     metric: str = "time"  # a key of METRICS
+    # intra-op threads of every measurement (`torchgauge run --threads`; None: one per CPU).
+    # One by default: two threads on two shared cores gave bimodal samples (issue 17).
+    threads: int | None = DEFAULT_INTRA_OP_THREADS
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -452,6 +456,7 @@ class MeasureSpec:
                 "--warmup", str(self.warmup), "--metrics", self.metric, "--in-process", "--quiet", "--output", output]
         if self.batch_size is not None:
             args += ["--batch-size", str(self.batch_size)]
+        args += ["--threads", "all" if self.threads is None else str(self.threads)]
         for path in self.model_files:
             args += ["--model-file", path]
         return args
@@ -522,7 +527,9 @@ def _host_identity() -> list[str]:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = ""
-    return [platform.node(), platform.machine(), sys.executable, torch_version]
+    # the thread environment changes timings as much as the threads themselves
+    thread_env = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
+    return [platform.node(), platform.machine(), sys.executable, torch_version, json.dumps(thread_env, sort_keys=True)]
 
 
 class PointStore:
@@ -693,6 +700,7 @@ class BisectReport:
     threshold: float
     alpha: float
     metric: str = "time"
+    threads: int | None = None  # intra-op threads of the measurements (None: one per CPU)
 
     @property
     def ok(self) -> bool:
@@ -857,7 +865,7 @@ def run_bisect(
     skipped = [store.points[i].label for i, d in sorted(store._data.items()) if d.build_error is not None]
     return BisectReport(kind=source.kind, points=n, builds=store.builds, cache_hits=store.cache_hits,
                         measurements=store.measurements, measured_points=len(measured), skipped_points=skipped,
-                        outcomes=outcomes, threshold=judging.threshold, alpha=judging.alpha, metric=spec.metric)
+                        outcomes=outcomes, threshold=judging.threshold, alpha=judging.alpha, metric=spec.metric, threads=spec.threads)
 
 
 def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, multiple: bool) -> ConfigOutcome:

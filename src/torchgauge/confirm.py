@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .compare.regression import Comparison, Finding, compare_results
-from .results.schema import ResultsFile, RunConfig, load_results
+from .results.schema import ResultsFile, RunConfig, RunRecord, load_results
 from .stats.compare import rounds_needed
 
-__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "rerun_command", "rerun_configs"]
+__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command", "rerun_configs"]
 
 
 class ConfirmError(RuntimeError):
@@ -44,6 +44,15 @@ class ConfirmRequest:
     rounds: int | None = None  # processes per side; None: rounds_needed(flagged configs, alpha)
     timeout_s: float = 900.0  # per run, passed to `torchgauge run --timeout`
     model_files: tuple[str, ...] = ()  # files registering extra models, passed to both sides
+    # intra-op threads of the reruns (`--threads`): those the compared runs recorded, so that
+    # the confirmation measures what was flagged; None: the rerun's own default
+    threads: int | None = None
+
+
+def recorded_intra_op_threads(records: Sequence[RunRecord]) -> int | None:
+    """The intra-op thread count the records ran with, when they all agree (else None)."""
+    counts = {(r.threads or {}).get("intra_op") for r in records if r.threads}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _group_key(c: RunConfig) -> tuple:
@@ -63,6 +72,8 @@ def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, reque
         cmd += ["--batch-size", str(c.batch_size)]
     for path in request.model_files:
         cmd += ["--model-file", path]
+    if request.threads is not None:
+        cmd += ["--threads", str(request.threads)]
     return cmd
 
 

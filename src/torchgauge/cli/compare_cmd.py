@@ -97,7 +97,7 @@ def compare_command(**kw: object) -> int:
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
                           count_threshold=kw["count_threshold"])
     if kw["confirm"] and cmp.regressions:
-        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison
+        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison, recorded_intra_op_threads
 
         request = ConfirmRequest(
             baseline_python=str(kw["baseline_python"] or sys.executable),
@@ -105,6 +105,7 @@ def compare_command(**kw: object) -> int:
             rounds=kw["confirm_runs"],
             timeout_s=float(kw["timeout"]),
             model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
+            threads=recorded_intra_op_threads([*base.runs, *new.runs]),
         )
         term.info(f"confirming {len({f.config.key() for f in cmp.regressions})} flagged configuration(s) in fresh processes")
         try:

@@ -105,3 +105,21 @@ def test_run_stores_each_finished_run(cli, tmp_path) -> None:
     code, _, err = cli("run", "planted_ok", "--model-file", planted, "--size", "smoke", "--mode", "eval", "--repeat", "2",
                        "--output", str(tmp_path / "r2.json"), "--db", str(db), "--no-db", "-q", "--in-process")
     assert code == 0 and "stored as run" not in err
+
+
+def test_import_merge_refuses_shards_from_different_hardware(cli, tmp_path) -> None:
+    hardware = {"cpu_model": "Xeon A", "cpu_count": 4, "memory_gib": 16.0, "gpu_name": None}
+    paths = []
+    for i, cpu in enumerate(("Xeon A", "Xeon A", "EPYC B")):
+        path = tmp_path / f"shard-{i}.json"
+        runs = [RunRecord(RunConfig(f"m{i}", mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0]}})]
+        ResultsFile(env={**hardware, "cpu_model": cpu, "hostname": f"runner-{i}"}, runs=runs).write(path)
+        paths.append(str(path))
+    db = tmp_path / "h.sqlite"
+    code, _, err = cli("import", *paths[:2], "--merge", "--db", str(db))  # other hostnames, same hardware: fine
+    assert code == 0, err
+    code, _, err = cli("import", *paths, "--merge", "--db", str(tmp_path / "mixed.sqlite"))
+    assert code == 1 and "2 different hardware types" in err and "EPYC B, 4 CPUs, 16 GiB, no GPU" in err
+    assert "--allow-mixed-hardware" in err and not (tmp_path / "mixed.sqlite").exists()
+    code, _, err = cli("import", *paths, "--merge", "--allow-mixed-hardware", "--db", str(tmp_path / "mixed.sqlite"))
+    assert code == 0 and "2 hardware types" in err

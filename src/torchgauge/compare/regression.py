@@ -42,6 +42,8 @@ from ..stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compa
 from .matching import USABLE_STATUSES, Unmatched
 
 __all__ = [
+    "EXIT_INCONCLUSIVE",
+    "EXIT_REGRESSION",
     "COUNT_METRICS",
     "COUNT_THRESHOLDS",
     "FINDING_KEYS",
@@ -52,6 +54,8 @@ __all__ = [
     "Finding",
     "StatusChange",
     "compare_results",
+    "exit_code",
+    "hardware_note",
     "parse_threshold",
 ]
 
@@ -66,6 +70,21 @@ LEAK_METRIC = "leak"
 MEMORY_MIN_DELTA_MB = 2.0
 # The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
 FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
+
+
+# `compare`'s exit codes (docs/regression-detection.md; the nightly workflow relies on them):
+# 1 a regression or new failure, 3 an inconclusive change beyond the threshold (2 is click's usage error).
+EXIT_REGRESSION = 1
+EXIT_INCONCLUSIVE = 3
+
+
+def exit_code(cmp: "Comparison", *, allow_inconclusive: bool = False) -> int:
+    """0, :data:`EXIT_REGRESSION` or :data:`EXIT_INCONCLUSIVE` (a regression takes precedence)."""
+    if cmp.regressions or cmp.new_failures:
+        return EXIT_REGRESSION
+    if cmp.inconclusive_beyond_threshold and not allow_inconclusive:
+        return EXIT_INCONCLUSIVE
+    return 0
 
 
 def parse_threshold(text: str | float) -> float:
@@ -103,7 +122,7 @@ class Finding:
     new: float | None
     change: float | None  # relative change new / base - 1 (+ is worse); None for the leak flag
     p_value: float | None  # corrected one-sided p of the direction of the change; None if untested
-    verdict: str  # "regression" | "improvement" | "unchanged"
+    verdict: str  # "regression" | "improvement" | "unchanged" | "inconclusive" (detail["reason"] says why)
     n_base: int = 1  # values tested per side (samples, or process medians)
     n_new: int = 1
     detail: dict[str, Any] = field(default_factory=dict)  # e.g. {"ops": {...}} for count metrics
@@ -152,15 +171,24 @@ class Comparison:
     new_env: dict[str, Any] = field(default_factory=dict)
     dismissed: list[Finding] = field(default_factory=list)  # flagged, then not confirmed by --confirm reruns
     confirm_rounds: int = 0  # fresh processes per side in the confirmation (0: not confirmed)
+    # Tests that could not reach alpha (sample sizes, correction): never read as "unchanged";
+    # those whose median change reaches the threshold first.
+    inconclusive: list[Finding] = field(default_factory=list)
+    hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
 
     @property
     def has_regressions(self) -> bool:
         return bool(self.regressions)
 
     @property
+    def inconclusive_beyond_threshold(self) -> list[Finding]:
+        """Inconclusive changes whose median change reaches the threshold: they fail a gate unless allowed."""
+        return [f for f in self.inconclusive if f.change is not None and abs(f.change) >= self.threshold]
+
+    @property
     def compared(self) -> int:
         """Number of configurations with at least one judged metric."""
-        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged)})
+        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive)})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +201,8 @@ class Comparison:
             "new_failures": [s.to_dict() for s in self.new_failures],
             "fixes": [s.to_dict() for s in self.fixes],
             "unmatched": [u.as_dict() for u in self.unmatched],
+            "inconclusive": [f.to_dict() for f in self.inconclusive],
+            "hardware_note": self.hardware_note,
             "unchanged": len(self.unchanged),
             "confirm_rounds": self.confirm_rounds,
             "dismissed": [f.to_dict() for f in self.dismissed],
@@ -233,8 +263,11 @@ def _op_changes(base: list[RunRecord], new: list[RunRecord]) -> dict[str, Any]:
 
 
 def _from_change(config: RunConfig, metric: str, change: Change, detail: dict[str, Any] | None = None) -> Finding:
+    detail = dict(detail or {})
+    if change.reason:
+        detail["reason"] = change.reason
     return Finding(config, metric, change.base, change.new, change.change, change.p_value, change.verdict,
-                   change.n_base, change.n_new, detail or {})
+                   change.n_base, change.n_new, detail)
 
 
 def compare_results(
@@ -335,7 +368,11 @@ def compare_results(
 
     judged = judge([c for _, c in timed], correction)
     findings = [_from_change(cfg, TIME_METRIC, c) for (cfg, _), c in zip(timed, judged)] + others
+    inconclusive = [f for f in findings if f.verdict == "inconclusive"]
+    inconclusive.sort(key=lambda f: f.change is None or abs(f.change) < threshold)  # beyond the threshold first
     return Comparison(
+        inconclusive=inconclusive,
+        hardware_note=hardware_note(base, new),
         regressions=[f for f in findings if f.verdict == "regression"],
         improvements=[f for f in findings if f.verdict == "improvement"],
         unchanged=[f for f in findings if f.verdict == "unchanged"],
@@ -363,3 +400,31 @@ def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) 
         return []
     verdict = "regression" if n[0] and not b[0] else "improvement" if b[0] and not n[0] else "unchanged"
     return [Finding(cfg, LEAK_METRIC, b[1], n[1], None, None, verdict, detail={"base_leaking": b[0], "new_leaking": n[0]})]
+
+
+def _fingerprints(results: ResultsFile) -> dict[str, dict[str, Any]]:
+    """Fingerprint -> environment of every hardware a result set's runs came from."""
+    from ..harness.env import machine_fingerprint
+
+    envs = [results.env] + [r.env for r in results.runs if r.env]
+    # recomputed where the hardware fields are there: older files hashed the hostname too
+    return {(machine_fingerprint(e) if e.get("cpu_model") else e["machine_fingerprint"]): e
+            for e in envs if e.get("cpu_model") or e.get("machine_fingerprint")}
+
+
+def hardware_note(base: ResultsFile, new: ResultsFile) -> str | None:
+    """A sentence when the two sides, or the shards of one side, ran on different hardware."""
+    from ..harness.env import describe_hardware
+
+    b, n = _fingerprints(base), _fingerprints(new)
+    notes = []
+    for side, prints in (("base", b), ("new", n)):
+        if len(prints) > 1:
+            notes.append(f"the {side} side mixes {len(prints)} hardware types ("
+                         + "; ".join(describe_hardware(e) for e in prints.values()) + ")")
+    if b and n and not set(b) & set(n):
+        notes.append(f"base ran on {'; '.join(describe_hardware(e) for e in b.values())}, new on "
+                     f"{'; '.join(describe_hardware(e) for e in n.values())}")
+    if not notes:
+        return None
+    return "different hardware: " + "; ".join(notes) + ". Time and memory changes may be the hardware's."

@@ -163,9 +163,11 @@ def _describe(candidate: dict) -> str:
 
 
 def _print_report(term, report) -> None:
+    from ..bisect import format_change
+
     rows = []
     for outcome in report.outcomes:
-        ends = outcome.status if outcome.change is None else f"{outcome.change:+.1%} {outcome.direction or outcome.status}"
+        ends = outcome.status if outcome.change is None else f"{format_change(outcome.change)} {outcome.direction or outcome.status}"
         if not outcome.culprits:
             rows.append([outcome.config, ends, None, None, outcome.message])
         for culprit in outcome.culprits:
@@ -174,13 +176,15 @@ def _print_report(term, report) -> None:
             else:
                 what = f"{culprit.reason}: one of " + ", ".join(c["label"] for c in culprit.candidates)
             rows.append([outcome.config, ends, culprit.last_good,
-                         None if culprit.change is None else f"{culprit.change:+.1%}", what])
+                         None if culprit.change is None else format_change(culprit.change), what])
     term.table(["config", "good -> bad", "last good", "step", "first bad"], rows, justify=["left", "left", "left", "right", "left"])
     for outcome in report.outcomes:
         if outcome.noise is not None and outcome.noise > report.threshold:
             term.warning(f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
                          f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. "
                          + _noise_advice(report))
+        if outcome.status == "uncertain":
+            term.warning(f"{outcome.config}: {outcome.message}")
         if outcome.uncertain:
             term.warning(f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
                          f"{', '.join(outcome.uncertain)}")

@@ -152,3 +152,19 @@ def test_sides_on_different_hardware_are_named() -> None:
     new.env = dict(a, cpu_model="EPYC B")
     note = compare_results(base, new).hardware_note
     assert "base ran on Xeon A, 4 CPUs, 16 GiB, no GPU, new on EPYC B" in note
+
+
+def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> None:
+    from torchgauge.compare.regression import memory_floor_mb
+
+    def mem(model, peak):
+        return RunRecord(RunConfig(model, mode="eval"), "ok", metrics={"cpu_peak_mb": peak}, batch_size=2)
+
+    # one process a side: 2 x 2.5% of the peak must be exceeded as well as the threshold
+    small = compare_results(_rf(mem("m", 400.0)), _rf(mem("m", 430.0)))  # +7.5%, 30 MiB > floor 20
+    assert [f.metric for f in small.regressions] == ["cpu_peak_mb"] and small.regressions[0].detail["floor_mb"] == 20.0
+    # several processes a side whose own values spread 40 MiB: a 30 MiB move is noise
+    noisy = compare_results(_rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)),
+                            _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0)))
+    assert not noisy.regressions
+    assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks

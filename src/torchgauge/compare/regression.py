@@ -9,8 +9,9 @@ The rule (TorchBench's nightly guard, made noise-aware; docs/regression-detectio
   configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
   runs), the per-process medians are tested instead of the pooled samples
   (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
-* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): near-deterministic, so the threshold
-  alone, with an absolute floor (:data:`MEMORY_MIN_DELTA_MB`); plus the leak flag
+* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor scaled to the
+  measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
+  memory like time; plus the leak flag
   (``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
 * **deterministic counts** (``instructions``, ``op_counts``, ``flops``): the threshold
   alone, reporting which operators' counts changed.
@@ -49,6 +50,8 @@ __all__ = [
     "FINDING_KEYS",
     "MEMORY_METRICS",
     "MEMORY_MIN_DELTA_MB",
+    "MEMORY_RUN_TO_RUN_SPREAD",
+    "MEMORY_SPREAD_MULTIPLE",
     "TIME_METRIC",
     "Comparison",
     "Finding",
@@ -56,6 +59,7 @@ __all__ = [
     "compare_results",
     "exit_code",
     "hardware_note",
+    "memory_floor_mb",
     "parse_threshold",
 ]
 
@@ -68,6 +72,13 @@ COUNT_THRESHOLDS = {"instructions": INSTRUCTIONS_THRESHOLD, "op_counts": COUNT_T
 LEAK_METRIC = "leak"
 # A peak-memory change must also exceed this many MiB: a 0.2 -> 0.3 MiB GPU peak is +50% and nothing.
 MEMORY_MIN_DELTA_MB = 2.0
+# Run-to-run spread (max - min) of cpu_peak_mb across fresh processes, as a fraction of the
+# peak: at most 2.2% (resnet18 train, 9 MiB of 420) over 12 configurations x 6 processes
+# (benchmarks/memory_spread.py; docs/regression-detection.md). Rounded up.
+MEMORY_RUN_TO_RUN_SPREAD = 0.025
+# A memory change must exceed this many times the spread: the spread observed between the
+# processes of either side when both sides have several, else MEMORY_RUN_TO_RUN_SPREAD of the peak.
+MEMORY_SPREAD_MULTIPLE = 2.0
 # The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
 FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
 
@@ -349,9 +360,10 @@ def compare_results(
             bv, nv = _values(brecs, (metric,)), _values(nrecs, (metric,))
             if bv and nv:
                 change = compare_values(median(bv), median(nv), threshold=threshold)
-                if abs(change.new - change.base) < memory_min_delta_mb:
+                floor = memory_floor_mb(bv, nv, memory_min_delta_mb)
+                if abs(change.new - change.base) < floor:
                     change = replace(change, verdict="unchanged")
-                others.append(_from_change(cfg, metric, change))
+                others.append(_from_change(cfg, metric, change, {"floor_mb": round(floor, 1)}))
         others.extend(_leak_findings(cfg, brecs, nrecs))
         for metric, path in COUNT_METRICS.items():
             bv, nv = _values(brecs, path), _values(nrecs, path)
@@ -385,6 +397,26 @@ def compare_results(
         base_env=dict(base.env),
         new_env=dict(new.env),
     )
+
+
+def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: float = MEMORY_MIN_DELTA_MB) -> float:
+    """Smallest peak-memory change (MiB) that counts between these per-process values.
+
+    :data:`MEMORY_SPREAD_MULTIPLE` times the run-to-run spread: the spread seen within each
+    side when both were measured in several processes (``--confirm``, ``--rounds``), else
+    :data:`MEMORY_RUN_TO_RUN_SPREAD` of the base peak; never below ``min_delta_mb``.
+
+    Example:
+        >>> memory_floor_mb([400.0], [440.0])  # one process a side: 2 x 2.5% of 400 MiB
+        20.0
+        >>> memory_floor_mb([400.0, 409.0], [440.0, 441.0])  # observed spread 9 MiB
+        18.0
+    """
+    if len(base) >= 2 and len(new) >= 2:
+        spread = max(max(base) - min(base), max(new) - min(new))
+    else:
+        spread = MEMORY_RUN_TO_RUN_SPREAD * median(base)
+    return max(min_delta_mb, MEMORY_SPREAD_MULTIPLE * spread)
 
 
 def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) -> list[Finding]:

@@ -81,6 +81,9 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--threads", default="1", show_default=True,
               help="torch intra-op threads per run: N, or 'all' (one per CPU). 1 stays stable on a shared machine "
                    "(docs/regression-detection.md, 'Thread settings'); recorded in every run.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measure each configuration in this many fresh processes, interleaved over the suite (asv's "
+                   "rounds); compare then tests process medians (docs/regression-detection.md).")
 @click.option("--pin-threads", is_flag=True, help="Restrict each run to as many CPUs as it has threads.")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per run before it is killed.")
 @click.option("--memory-limit", type=float, default=None, help="MiB of resident memory per worker before status oom.")
@@ -111,6 +114,7 @@ def run_command(**kw: object) -> None:
     configs = plan(request)
     if kw["batch_size"] == "auto":
         configs = _tuned_batch_sizes(configs, kw, term)
+    configs = [c for _ in range(kw["rounds"]) for c in configs]  # round-major: load drift hits every config alike
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")

@@ -138,6 +138,7 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
 
     print("\n| operator slowdown | procedure | signal | affected flagged | unaffected flagged | inconclusive |")
     print("|---|---|---|---|---|---|")
+    costs = []
     for plant in plants:
         sides = {"single (first pass)": ([work / f"single-confirm-{plant}-base.json"], [work / f"single-confirm-{plant}-new.json"]),
                  f"rounds k={rounds}": ([work / f"rounds-{plant}-base-{k}.json" for k in range(rounds)],
@@ -145,11 +146,28 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
         for procedure, (base, new) in sides.items():
             if not all(p.exists() for p in base + new):
                 continue
+            processes = len(_load(base, "wall").runs) + len(_load(new, "wall").runs)
+            confirmed = work / f"single-confirm-{plant}-compare.json"
+            if procedure.startswith("single") and confirmed.exists():
+                doc = json.loads(confirmed.read_text())
+                flagged = len({(f["model"], f["mode"]) for f in doc["regressions"] + doc["dismissed"]})
+                costs.append((plant, "single+confirm", processes + 2 * doc["confirm_rounds"] * flagged))
+            else:
+                costs.append((plant, procedure, processes))
             for signal in ("wall", "cpu"):
                 cmp = compare_results(_load(base, signal), _load(new, signal))
                 hits = {f.config.model for f in cmp.regressions if f.metric == "time_ms"}
                 print(f"| {plant:.0%} | {procedure} | {signal} | {len(hits & set(AFFECTED))} | "
                       f"{len(hits - set(AFFECTED))} | {sum(f.metric == 'time_ms' for f in cmp.inconclusive)} |")
+
+
+    # RUSAGE_CHILDREN misses the forkserver's workers (the forkserver is never reaped), so the
+    # cost is given in configuration-processes: each one builds, warms up and times one
+    # configuration, the same work whichever procedure runs it.
+    print("\n| operator slowdown | procedure | configuration-processes measured |")
+    print("|---|---|---|")
+    for plant, procedure, processes in costs:
+        print(f"| {plant:.0%} | {procedure} | {processes} |")
 
 
 def main() -> None:

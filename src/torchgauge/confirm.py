@@ -138,7 +138,7 @@ def confirm_comparison(
                 (base_runs if side == "base" else new_runs).extend(part.runs)
                 envs.setdefault(side, part.env)
     again = compare_results(ResultsFile(env=envs["base"], runs=base_runs), ResultsFile(env=envs["new"], runs=new_runs),
-                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction)
+                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction, time_signal=cmp.time_signal)
     confirmed = {(f.config.key(), f.metric): f for f in again.regressions}
     remeasured = {(f.config.key(), f.metric) for f in (*again.regressions, *again.improvements, *again.unchanged)}
     kept: list[Finding] = []

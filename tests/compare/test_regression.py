@@ -168,3 +168,18 @@ def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> Non
                             _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0)))
     assert not noisy.regressions
     assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks
+
+
+def test_time_signal_cpu_tests_the_process_cpu_time() -> None:
+    def rec(wall, cpu):
+        return RunRecord(RunConfig("m", mode="eval"), "ok", batch_size=2,
+                         metrics={"time_ms": {"samples": wall, "cpu_samples": cpu}})
+
+    steady = [10.0 + 0.01 * i for i in range(10)]
+    # the candidate ran descheduled (wall x3) but its CPU time per step did not change
+    base, new = _rf(rec(steady, steady)), _rf(rec([3 * v for v in steady], steady))
+    assert compare_results(base, new).regressions
+    cpu = compare_results(base, new, time_signal="cpu")
+    assert not cpu.regressions and cpu.time_signal == "cpu"
+    with pytest.raises(ValueError, match="accepted: wall, cpu"):
+        compare_results(base, new, time_signal="ticks")

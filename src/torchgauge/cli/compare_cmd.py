@@ -65,6 +65,9 @@ def _alpha(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models, for --confirm reruns (repeatable).")
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per confirmation run.")
+@click.option("--time-signal", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="Test wall time, or each step's process CPU time (one intra-op thread: ignores time spent "
+                   "descheduled on a loaded machine; docs/regression-detection.md).")
 @click.option("--allow-inconclusive", is_flag=True,
               help="Exit 0 even when a change beyond --threshold is inconclusive (the test cannot reach --alpha "
                    "with these sample sizes); they are still listed first.")
@@ -96,7 +99,7 @@ def compare_command(**kw: object) -> int:
         if "store" in cache:
             cache["store"].close()
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
-                          count_threshold=kw["count_threshold"])
+                          count_threshold=kw["count_threshold"], time_signal=kw["time_signal"])
     if cmp.hardware_note:
         term.warning(f"{new_label} vs {base_label}: {cmp.hardware_note}")
     if kw["confirm"] and cmp.regressions:

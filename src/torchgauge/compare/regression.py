@@ -53,6 +53,7 @@ __all__ = [
     "MEMORY_RUN_TO_RUN_SPREAD",
     "MEMORY_SPREAD_MULTIPLE",
     "TIME_METRIC",
+    "TIME_SIGNALS",
     "Comparison",
     "Finding",
     "StatusChange",
@@ -186,6 +187,7 @@ class Comparison:
     # those whose median change reaches the threshold first.
     inconclusive: list[Finding] = field(default_factory=list)
     hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
+    time_signal: str = "wall"  # a key of TIME_SIGNALS: which per-step series was tested
 
     @property
     def has_regressions(self) -> bool:
@@ -214,6 +216,7 @@ class Comparison:
             "unmatched": [u.as_dict() for u in self.unmatched],
             "inconclusive": [f.to_dict() for f in self.inconclusive],
             "hardware_note": self.hardware_note,
+            "time_signal": self.time_signal,
             "unchanged": len(self.unchanged),
             "confirm_rounds": self.confirm_rounds,
             "dismissed": [f.to_dict() for f in self.dismissed],
@@ -244,10 +247,15 @@ def _status(records: list[RunRecord]) -> RunRecord:
     return next((r for r in records if r.status not in USABLE_STATUSES), records[0])
 
 
-def _time_groups(records: list[RunRecord]) -> list[list[float]]:
+# Which per-step series of time_ms is tested: wall time, or the process's CPU time
+# (``cpu_samples``; with one intra-op thread it ignores time the process spent descheduled).
+TIME_SIGNALS = {"wall": "samples", "cpu": "cpu_samples"}
+
+
+def _time_groups(records: list[RunRecord], field_name: str = "samples") -> list[list[float]]:
     groups = []
     for rec in records:
-        samples = (rec.metrics.get(TIME_METRIC) or {}).get("samples") or []
+        samples = (rec.metrics.get(TIME_METRIC) or {}).get(field_name) or []
         clean = [float(v) for v in samples if v is not None and not math.isnan(float(v))]
         if clean:
             groups.append(clean)
@@ -290,6 +298,7 @@ def compare_results(
     correction: str = DEFAULT_CORRECTION,
     count_threshold: float | None = None,
     memory_min_delta_mb: float = MEMORY_MIN_DELTA_MB,
+    time_signal: str = "wall",
 ) -> Comparison:
     """Judge every configuration present in both result sets.
 
@@ -302,6 +311,7 @@ def compare_results(
         count_threshold: threshold for every deterministic count; default per metric
             (:data:`COUNT_THRESHOLDS`: ``stats.deterministic``'s named constants).
         memory_min_delta_mb: absolute floor of a memory change (MiB).
+        time_signal: ``"wall"`` (time_ms samples) or ``"cpu"`` (per-step process CPU time).
 
     Returns:
         A :class:`Comparison`; findings are in base order, time first.
@@ -312,6 +322,8 @@ def compare_results(
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
+    if time_signal not in TIME_SIGNALS:
+        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNALS)}")
     if not 0 < alpha < 1:
         raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
     if not threshold > 0:
@@ -352,7 +364,7 @@ def compare_results(
                                        f"batch sizes differ: {b_batch} in base, {n_batch} in new"))
             continue
 
-        bt, nt = _time_groups(brecs), _time_groups(nrecs)
+        bt, nt = _time_groups(brecs, TIME_SIGNALS[time_signal]), _time_groups(nrecs, TIME_SIGNALS[time_signal])
         if bt and nt:
             change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha)
             timed.append((cfg, change))
@@ -385,6 +397,7 @@ def compare_results(
     return Comparison(
         inconclusive=inconclusive,
         hardware_note=hardware_note(base, new),
+        time_signal=time_signal,
         regressions=[f for f in findings if f.verdict == "regression"],
         improvements=[f for f in findings if f.verdict == "improvement"],
         unchanged=[f for f in findings if f.verdict == "unchanged"],

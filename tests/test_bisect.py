@@ -156,7 +156,8 @@ def test_git_bisection_skips_the_broken_build_and_caches(repo, tmp_path):
     assert report.skipped_points == [shas[BROKEN][:10]]
     assert report.measured_points <= 7  # the issue's bound, endpoints included
     assert report.builds == report.measured_points + 1  # + the broken one
-    assert report.measurements == len(measure.seen) == report.measured_points
+    # each endpoint is measured in two fresh processes before the range is judged
+    assert report.measurements == len(measure.seen) == report.measured_points + 2
     # the user's checkout is untouched and the scratch worktree is gone
     assert _git(path, "status", "--porcelain") == status_before
     assert _git(path, "rev-parse", "HEAD").strip() == shas[-1]
@@ -217,7 +218,8 @@ def test_versions_installed_into_scratch_venvs(tmp_path):
     source = VersionRange(dirs, workdir=tmp_path / "work", pip_args=("--no-index", "--no-build-isolation"))
     measure = _FakeMeasure()
     report = run_bisect(source, SPEC, measure=measure)
-    assert measure.seen == [20_000, 26_000, 26_000]  # each venv saw its own version
+    # each venv saw its own version; the endpoints were measured in two processes each
+    assert measure.seen == [20_000, 20_000, 26_000, 26_000, 26_000]
     culprit = report.outcomes[0].culprits[0]
     assert culprit.first_bad["version"] == dirs[1] and culprit.last_good == "slowpkg-1.0"
     assert report.builds == 3
@@ -290,9 +292,12 @@ def test_unclear_point_is_measured_again_then_assigned_to_the_nearer_end():
     source = _ListSource(levels)
     report = run_bisect(source, SPEC, measure=measure, judging=Judging(retries=1))
     outcome = report.outcomes[0]
-    assert outcome.culprits[0].first_bad["label"] == "p7"
-    assert outcome.uncertain == ["p7"]
-    assert report.measurements == report.measured_points + 3  # p3, p5 and p7 measured twice
+    # p7 was assigned by nearness: no confident culprit, the candidates around it instead
+    assert outcome.status == "uncertain" and outcome.culprits[0].reason == "uncertain"
+    assert [c["label"] for c in outcome.culprits[0].candidates] == ["p7", "p8"]
+    assert outcome.uncertain == ["p7"] and "assigned by nearness: p7" in outcome.message
+    # p3, p5 and p7 measured twice, and both endpoints
+    assert report.measurements == report.measured_points + 3 + 2
 
 
 def test_deterministic_metric_and_several_configs():
@@ -357,3 +362,40 @@ def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
     assert report["measured_points"] <= 7
     assert report["skipped_points"] == [shas[BROKEN][:10]]
     assert "builds" in err
+
+
+def test_thread_settings_are_pinned_and_part_of_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchgauge.bisect import MeasureSpec, _host_identity
+
+    one, two = MeasureSpec(models=("m",)), MeasureSpec(models=("m",), threads=2)
+    args = one.run_args("out.json")
+    assert "--threads=1" in args  # one intra-op thread unless told otherwise
+    assert MeasureSpec(models=("m",), threads=None).run_args("o")[-3:] != one.run_args("o")[-3:]
+    assert one.identity() != two.identity()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with_one = _host_identity()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert _host_identity() != with_one  # a rerun under other OpenMP settings does not reuse points
+
+
+def test_bimodal_endpoints_make_the_culprit_uncertain():
+    """Two threads on shared cores: some processes run 0.4 ms, some 24-170 ms (issue 17)."""
+    levels = [1.0] * 10 + [1.5] * 6
+
+    def measure(env, spec):
+        i = int(env.env["POINT"])
+        samples = _clean(levels[i])
+        if i == 0:  # the good end's samples split into two modes
+            samples = samples[:22] + [v * 60 for v in samples[22:]]
+        return {c.label(): samples for c in spec.configs()}
+
+    report = run_bisect(_ListSource(levels), SPEC, measure=measure, judging=Judging(retries=0))
+    outcome = report.outcomes[0]
+    assert outcome.status == "uncertain" and "bimodal samples at p0" in outcome.message
+    assert outcome.culprits[0].reason == "uncertain" and outcome.culprits[0].first_bad is None
+
+
+def test_format_change_reads_large_steps_as_factors():
+    from torchgauge.bisect import format_change
+
+    assert format_change(0.123) == "+12.3%" and format_change(345.92) == "347x" and format_change(1.0) == "2x"

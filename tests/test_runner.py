@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from torchgauge.registry import load_model_file
-from torchgauge.results.schema import RunConfig
+from torchgauge.results.schema import RunConfig, RunRecord
+from torchgauge.harness.threads import DEFAULT_INTRA_OP_THREADS
 from torchgauge.runner import RunnerOptions, classify_exception, execute, run_suite, worker_threads
 from torchgauge.suite import run_and_save
 from torchgauge.workload import UnsupportedError
@@ -127,14 +128,16 @@ def test_parallel_jobs_keep_statuses_and_config_order() -> None:
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         run_suite([_cfg("planted_ok")], RunnerOptions(jobs=0))
-    with pytest.raises(ValueError, match="threads_per_worker must be >= 1"):
-        run_suite([_cfg("planted_ok")], RunnerOptions(threads_per_worker=0))
+    with pytest.raises(ValueError, match="threads_per_worker must be >= 0"):
+        run_suite([_cfg("planted_ok")], RunnerOptions(threads_per_worker=-1))
 
 
 def test_parallel_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     # Oversubscribed workers (jobs x torch's default threads > cores) spin against each other.
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    assert worker_threads(RunnerOptions()) is None  # one job: torch's default
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert worker_threads(RunnerOptions()) == DEFAULT_INTRA_OP_THREADS  # one job: stable on a shared machine
+    assert worker_threads(RunnerOptions(threads_per_worker=0)) == 8  # one per CPU
+    assert worker_threads(RunnerOptions(jobs=2, threads_per_worker=0)) == 4
     assert worker_threads(RunnerOptions(jobs=2)) == 4
     assert worker_threads(RunnerOptions(jobs=3)) == 2
     assert worker_threads(RunnerOptions(jobs=16)) == 1
@@ -171,3 +174,13 @@ def test_model_preloads_are_collected_from_the_selected_specs() -> None:
     configs = [_cfg("planted_preload_probe"), _cfg("no_such_model"), _cfg("planted_preload_probe", "eval")]
     assert _model_preloads(configs) == ["tabnanny", "torchgauge_no_such_module"]
     assert _model_preloads([_cfg("lennard_jones")]) == []
+
+
+def test_records_carry_the_thread_settings_and_load() -> None:
+    record = run_suite([_cfg("planted_ok", mode="eval")], RunnerOptions(timeout_s=TIMEOUT_S, model_files=(PLANTED,)))[0]
+    assert record.ok, record.error
+    threads = record.threads
+    assert threads["intra_op"] == DEFAULT_INTRA_OP_THREADS and threads["env"]["OMP_NUM_THREADS"] == "1"
+    assert {"inter_op", "affinity", "others_busy_start", "others_busy_timed", "load_avg_start", "load_avg_end",
+            "oversubscribed"} <= set(threads)
+    assert RunRecord.from_dict(record.to_dict()).threads == threads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -64,3 +65,137 @@ def test_workflow_calls_only_existing_commands_and_options() -> None:
         assert not extra, f"torchgauge {name}: unexpected arguments {extra}"
         missing = [p.name for p in command.params if isinstance(p, click.Argument) and p.required and p.name not in opts]
         assert not missing, f"torchgauge {name}: missing argument(s) {missing}"
+
+
+# --- executing the workflow's shell --------------------------------------------------------
+# Every `run:` script is executed with the shell GitHub uses, in a scratch workspace, with
+# `torchgauge` on PATH from this checkout, `python -m pip` and `gh` replaced by stubs that record
+# their arguments, and a tiny model pattern through the dispatch input: a shell mistake (an
+# unquoted glob, a wrong exit-code test) fails here instead of on every nightly shard.
+
+GITHUB_SHELL = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # GitHub's `shell: bash` on Linux
+# A dispatch input with a glob character: a file of that name sits in the workspace, so a
+# script that lets the shell expand the pattern would pass the file name to torchgauge.
+DISPATCH_MODELS = "dagmm_kd*"
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _shims(bin_dir: Path, log: Path) -> None:
+    import sys
+
+    bin_dir.mkdir()
+    scripts = {
+        "torchgauge": f'#!/bin/sh\nPYTHONPATH="{SRC}" exec "{sys.executable}" -m torchgauge.cli "$@"\n',
+        "python": (f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "{log}"; exit 0; fi\n'
+                   f'exec "{sys.executable}" "$@"\n'),
+        "gh": f'#!/bin/sh\n{{ printf "gh"; for a in "$@"; do printf "\\t%s" "$a"; done; echo; }} >> "{log}"\n',
+    }
+    for name, text in scripts.items():
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+
+def _expressions(text: str, context: dict[str, str]) -> str:
+    """Replace each ``${{ expr }}`` by its value in ``context`` (an unknown expression fails the test)."""
+
+    def value(match: re.Match) -> str:
+        expr = match.group(1).strip()
+        assert expr in context, f"the workflow test does not know the expression ${{{{ {expr} }}}}; add it to the context"
+        return context[expr]
+
+    return re.sub(r"\$\{\{(.*?)\}\}", value, text)
+
+
+def _condition(expr: str | None, outputs: dict[str, dict[str, str]], context: dict[str, str]) -> bool:
+    """A step's ``if:``: ``steps.<id>.outputs.<name> == '<value>'`` or absent."""
+    if expr is None:
+        return True
+    match = re.fullmatch(r"\s*steps\.(\w+)\.outputs\.(\w+)\s*==\s*'([^']*)'\s*", expr)
+    assert match, f"the workflow test cannot evaluate the step condition {expr!r}"
+    step, name, wanted = match.groups()
+    return outputs.get(step, {}).get(name) == wanted
+
+
+class _Workflow:
+    def __init__(self, doc: dict, tmp: Path) -> None:
+        self.doc, self.tmp = doc, tmp
+        self.workspace = tmp / "workspace"
+        self.workspace.mkdir()
+        (self.workspace / "dagmm_kdd_not_a_model").write_text("")  # what an unquoted glob would pick up
+        self.log = tmp / "calls.log"
+        _shims(tmp / "bin", self.log)
+        self.executed: set[tuple[str, str]] = set()
+
+    def context(self, matrix: dict[str, str]) -> dict[str, str]:
+        ctx = {f"matrix.{k}": str(v) for k, v in matrix.items()}
+        ctx.update({"github.event.inputs.models || '*'": DISPATCH_MODELS, "github.workspace": str(self.workspace),
+                    "github.token": "test-token"})
+        return ctx
+
+    def env(self, job: dict, context: dict[str, str], output_file: Path) -> dict[str, str]:
+        import os
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHGAUGE", "GITHUB", "PYTHONPATH"))}
+        env.update({k: _expressions(str(v), context) for k, v in {**self.doc.get("env", {}), **job.get("env", {})}.items()})
+        env.update(PATH=f"{self.tmp / 'bin'}:{env.get('PATH', '')}", GITHUB_OUTPUT=str(output_file),
+                   GITHUB_REPOSITORY="example/torchgauge", XDG_DATA_HOME=str(self.tmp / "xdg"))
+        return env
+
+    def run_job(self, name: str, matrix: dict[str, str], *, force: bool = False) -> dict[str, dict[str, str]]:
+        """Run one matrix leg of a job; ``force`` runs the steps whose condition is false too."""
+        import subprocess
+
+        import torch
+
+        job = self.doc["jobs"][name]
+        context = self.context(matrix)
+        outputs: dict[str, dict[str, str]] = {}
+        for index, step in enumerate(job["steps"]):
+            if "run" not in step or not (force or _condition(step.get("if"), outputs, context)):
+                continue
+            output_file = self.tmp / f"output-{name}-{index}"
+            output_file.write_text("")
+            script = _expressions(step["run"], context)
+            proc = subprocess.run([*GITHUB_SHELL, "-c", script], cwd=self.workspace, env=self.env(job, context, output_file),
+                                  capture_output=True, text=True, timeout=600)
+            self.executed.add((name, step.get("name", step["run"][:40])))
+            cuda_check = "torch.cuda.is_available()" in script and not torch.cuda.is_available()
+            if cuda_check:  # the GPU job's install check must fail on exactly that assertion here
+                assert proc.returncode != 0 and "AssertionError" in proc.stderr, proc.stderr
+            else:
+                assert proc.returncode == 0, (f"job {name} {matrix} step {step.get('name')!r} exited "
+                                              f"{proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            if "id" in step:
+                pairs = (line.split("=", 1) for line in output_file.read_text().splitlines() if "=" in line)
+                outputs[step["id"]] = dict(pairs)
+        return outputs
+
+
+@pytest.mark.slow
+def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    flow = _Workflow(doc, tmp_path)
+    compare_outputs = {}
+    for _night in range(2):  # the first night stores a run, the second compares with it
+        for job in ("cpu", "gpu"):
+            for shard in doc["jobs"][job]["strategy"]["matrix"]["shard"]:
+                flow.run_job(job, {"shard": shard})
+        for kind in doc["jobs"]["compare"]["strategy"]["matrix"]["kind"]:
+            compare_outputs[kind] = flow.run_job("compare", {"kind": kind})
+    results = flow.workspace / "results"
+    assert (results / "cpu-shard-1.json").exists() and not (results / "cpu-shard-2.json").exists()
+    runs = json.loads((results / "cpu-merged.json").read_text())["runs"]
+    assert {(r["model"], r["status"]) for r in runs} == {("dagmm_kdd", "ok")}
+    assert (results / "cpu-report.md").stat().st_size > 0
+    # The issue step runs only when compare exits 1; run the compare job again with every
+    # step forced so that its script is executed whatever the noise decided.
+    flow.run_job("compare", {"kind": "cpu"}, force=True)
+    all_steps = {(name, s.get("name", s["run"][:40])) for name, job in doc["jobs"].items() for s in job["steps"] if "run" in s}
+    assert flow.executed == all_steps
+    calls = flow.log.read_text().splitlines()
+    gh = [line.split("\t") for line in calls if line.startswith("gh")]
+    assert gh and gh[0][1:3] == ["issue", "create"]
+    assert gh[0][gh[0].index("--repo") + 1] == "example/torchgauge"
+    assert gh[0][gh[0].index("--body-file") + 1] == "results/cpu-report.md"
+    assert any("--pre torch" in line for line in calls if line.startswith("pip"))

@@ -50,15 +50,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from .harness.threads import DEFAULT_INTRA_OP_THREADS, THREAD_ENV_VARS
 from .results.schema import ResultsFile, RunConfig
 from .results.schema import _json_safe  # strict JSON (NaN/inf -> null), as results files
-from .stats.bisection import BAD, GOOD, SKIP, BisectionError, BisectResult, bisect_range, find_culprits
+from .stats.bisection import (BAD, GOOD, SKIP, BisectionError, BisectResult, bisect_range, find_culprits, is_bimodal,
+                              step_is_consistent)
 from .stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, median, relative_change
 from .stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compare_counts
 from .stats.summary import summarize
 
 __all__ = [
     "METRICS",
+    "format_change",
     "DEFAULT_REPEAT",
     "DEFAULT_RETRIES",
     "ENV_COMMIT",
@@ -95,7 +98,9 @@ DEFAULT_BUILD_TIMEOUT_S = 3 * 3600.0  # building torch from source takes hours
 DEFAULT_MEASURE_TIMEOUT_S = 1800.0
 # Lines of a failed build's or measurement's output kept in the report.
 LOG_TAIL_LINES = 15
-CACHE_VERSION = 1
+# Fresh processes each endpoint is measured in before the range is judged (time only).
+ENDPOINT_PROCESSES = 2
+CACHE_VERSION = 2  # 2: thread settings in the key (issue 17)
 # Metrics a bisection can follow -> where its per-step value sits in RunRecord.metrics
 # (None: the timing samples). Counts are deterministic: one value per point, judged by the
 # threshold alone (stats.deterministic), immune to machine load; instructions need valgrind.
@@ -419,6 +424,9 @@ class MeasureSpec:
     warmup: int = 3
     model_files: tuple[str, ...] = ()  # absolute paths
     metric: str = "time"  # a key of METRICS
+    # intra-op threads of every measurement (`torchgauge run --threads`; None: one per CPU).
+    # One by default: two threads on two shared cores gave bimodal samples (issue 17).
+    threads: int | None = DEFAULT_INTRA_OP_THREADS
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -454,6 +462,7 @@ class MeasureSpec:
                 f"--warmup={self.warmup}", f"--metrics={self.metric}", "--in-process", "--quiet", f"--output={output}"]
         if self.batch_size is not None:
             args.append(f"--batch-size={self.batch_size}")
+        args.append(f"--threads={'all' if self.threads is None else self.threads}")
         args += [f"--model-file={path}" for path in self.model_files]
         return [*args, "--", *self.models]
 
@@ -523,7 +532,9 @@ def _host_identity() -> list[str]:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = ""
-    return [platform.node(), platform.machine(), sys.executable, torch_version]
+    # the thread environment changes timings as much as the threads themselves
+    thread_env = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
+    return [platform.node(), platform.machine(), sys.executable, torch_version, json.dumps(thread_env, sort_keys=True)]
 
 
 class PointStore:
@@ -653,7 +664,8 @@ class PointStore:
 class CulpritReport:
     """One culprit of one configuration."""
 
-    reason: str  # "found", "skipped" (candidates hidden by failed builds) or "gradual"
+    reason: str  # "found", "skipped" (candidates hidden by failed builds), "gradual", or "uncertain"
+    # (bimodal or overlapping evidence: any candidate may be the culprit; ConfigOutcome.message says why)
     last_good: str  # point label
     candidates: list[dict[str, Any]]  # label, subject and describe() of each candidate
     change: float | None  # relative change of the median, last good -> first bad
@@ -668,7 +680,7 @@ class ConfigOutcome:
     """The bisection of one configuration (model/mode/...)."""
 
     config: str  # RunConfig.label()
-    status: str  # "bisected", "not_reproduced" (endpoints do not differ) or "error"
+    status: str  # "bisected", "uncertain" (culprit candidates, no single one), "not_reproduced" or "error"
     direction: str | None = None  # "regression" or "improvement" (good -> bad)
     change: float | None = None  # relative median change good -> bad
     p_value: float | None = None
@@ -694,6 +706,7 @@ class BisectReport:
     threshold: float
     alpha: float
     metric: str = "time"
+    threads: int | None = None  # intra-op threads of the measurements (None: one per CPU)
 
     @property
     def ok(self) -> bool:
@@ -762,7 +775,20 @@ class _ConfigJudge:
         return compare_samples(base, new, threshold=self.judging.threshold, alpha=self.judging.alpha)
 
     def endpoints(self) -> tuple[Any, str]:
-        """Compare the endpoints; returns (Change, message) and sets the direction."""
+        """Compare the endpoints; returns (Change, message) and sets the direction.
+
+        For time, each endpoint is first measured in :data:`ENDPOINT_PROCESSES` fresh
+        processes: one slow process at an end must not make the whole range look unchanged
+        (a doubling used to read ``not_reproduced``) or changed.
+        """
+        if not self.store.spec.deterministic:
+            for index in (0, self.n - 1):
+                for _ in range(ENDPOINT_PROCESSES):
+                    groups = self.store.groups(index, self.label)
+                    if groups is None or len(groups) >= ENDPOINT_PROCESSES:
+                        break
+                    self.store.on_event(f"re-measuring the endpoint {self.store.points[index].label} in a fresh process")
+                    self.store.remeasure(index)
         good, bad = self.samples(0), self.samples(self.n - 1)
         for index, samples, which in ((0, good, "good"), (self.n - 1, bad, "bad")):
             if samples is None:
@@ -813,6 +839,23 @@ class _ConfigJudge:
         a, b = self.samples(i), self.samples(j)
         return relative_change(median(a), median(b)) if a and b else None
 
+    def doubts(self, last_good: int, first_bad: int, total: float) -> list[str]:
+        """Why a found culprit is not certain: bimodal samples around it, a step that cannot
+        explain the endpoints' change, or points between assigned by nearness (time only)."""
+        if self.store.spec.deterministic:
+            return []
+        points, reasons = self.store.points, []
+        for index in sorted({0, last_good, first_bad, self.n - 1}):
+            judged = self.samples(index)  # after --fastest: a deliberately dropped slow mode is no doubt
+            if judged and is_bimodal(judged):
+                reasons.append(f"bimodal samples at {points[index].label}")
+        step = self.change(last_good, first_bad)
+        if step is not None and not step_is_consistent(step, total, self.judging.threshold):
+            reasons.append(f"the step {format_change(step)} does not match the endpoints' {format_change(total)}")
+        if self.uncertain:
+            reasons.append(f"points assigned by nearness: {', '.join(self.uncertain)}")
+        return reasons
+
 
 def run_bisect(
     source: PointSource,
@@ -858,7 +901,7 @@ def run_bisect(
     skipped = [store.points[i].label for i, d in sorted(store._data.items()) if d.build_error is not None]
     return BisectReport(kind=source.kind, points=n, builds=store.builds, cache_hits=store.cache_hits,
                         measurements=store.measurements, measured_points=len(measured), skipped_points=skipped,
-                        outcomes=outcomes, threshold=judging.threshold, alpha=judging.alpha, metric=spec.metric)
+                        outcomes=outcomes, threshold=judging.threshold, alpha=judging.alpha, metric=spec.metric, threads=spec.threads)
 
 
 def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, multiple: bool) -> ConfigOutcome:
@@ -884,14 +927,32 @@ def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, mult
         outcome.status, outcome.message = "error", str(exc)
         return outcome
     points = store.points
+    doubts: list[str] = []
     for culprit in result.culprits:
-        candidates = [{"label": points[i].label, **store.source.describe(points[i])} for i in culprit.candidates]
-        outcome.culprits.append(CulpritReport(culprit.reason, points[culprit.last_good].label, candidates,
+        indices, reason = list(culprit.candidates), culprit.reason
+        culprit_doubts = judge.doubts(culprit.last_good, indices[-1], change.change) if reason == "found" else []
+        if culprit_doubts:  # name every point the evidence allows, not one confident culprit
+            labels = {p.label: i for i, p in enumerate(points)}
+            nearby = {labels[u] for u in judge.uncertain} | {labels[u] + 1 for u in judge.uncertain}
+            indices = sorted({*indices, *(i for i in nearby if 0 < i < n)})
+            reason = "uncertain"
+            doubts += culprit_doubts
+        candidates = [{"label": points[i].label, **store.source.describe(points[i])} for i in indices]
+        outcome.culprits.append(CulpritReport(reason, points[culprit.last_good].label, candidates,
                                               judge.change(culprit.last_good, culprit.candidates[-1])))
+    if doubts:
+        outcome.status = "uncertain"
+        outcome.message = ("the evidence does not single out one culprit: " + "; ".join(dict.fromkeys(doubts))
+                           + ". Re-run with --threads 1 on a quieter machine or with --metric instructions")
     outcome.probes = [(points[i].label, v) for i, v in result.probes]
     outcome.uncertain = judge.uncertain
     outcome.noise = _noise(judge, [i for i, _ in result.probes])
     return outcome
+
+
+def format_change(change: float) -> str:
+    """``+12.3%`` below a doubling, ``3.46x`` from there (a +34,592% step reads 346.9x)."""
+    return f"{change:+.1%}" if -0.5 < change < 1.0 else f"{1 + change:.3g}x"
 
 
 def _noise(judge: _ConfigJudge, indices: Sequence[int]) -> float | None:

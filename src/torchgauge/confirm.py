@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .compare.regression import Comparison, Finding, compare_results
-from .results.schema import ResultsFile, RunConfig, load_results
+from .results.schema import ResultsFile, RunConfig, RunRecord, load_results
 from .stats.compare import rounds_needed
 
-__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "rerun_command", "rerun_configs"]
+__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command", "rerun_configs"]
 
 
 class ConfirmError(RuntimeError):
@@ -48,6 +48,15 @@ class ConfirmRequest:
     rounds: int | None = None  # processes per side; None: rounds_needed(flagged configs, alpha)
     timeout_s: float = 900.0  # per run, passed to `torchgauge run --timeout`
     model_files: tuple[str, ...] = ()  # files registering extra models, passed to both sides
+    # intra-op threads of the reruns (`--threads`): those the compared runs recorded, so that
+    # the confirmation measures what was flagged; None: the rerun's own default
+    threads: int | None = None
+
+
+def recorded_intra_op_threads(records: Sequence[RunRecord]) -> int | None:
+    """The intra-op thread count the records ran with, when they all agree (else None)."""
+    counts = {(r.threads or {}).get("intra_op") for r in records if r.threads}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _group_key(c: RunConfig) -> tuple:
@@ -65,6 +74,8 @@ def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, reque
     if c.batch_size is not None:
         cmd.append(f"--batch-size={c.batch_size}")
     cmd += [f"--model-file={path}" for path in request.model_files]
+    if request.threads is not None:
+        cmd.append(f"--threads={request.threads}")
     return [*cmd, "--", *sorted({x.model for x in configs})]
 
 
@@ -142,7 +153,7 @@ def confirm_comparison(
                 (base_runs if side == "base" else new_runs).extend(part.runs)
                 envs.setdefault(side, part.env)
     again = compare_results(ResultsFile(env=envs["base"], runs=base_runs), ResultsFile(env=envs["new"], runs=new_runs),
-                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction)
+                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction, time_signal=cmp.time_signal)
     confirmed = {(f.config.key(), f.metric): f for f in again.regressions}
     remeasured = {(f.config.key(), f.metric) for f in (*again.regressions, *again.improvements, *again.unchanged)}
     kept: list[Finding] = []

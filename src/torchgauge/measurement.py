@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from .harness.memory import MemoryProbe
 from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
+from .harness.threads import cpu_snapshot, thread_record
 from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
 from .results.schema import RunConfig, RunRecord
 from .stats.summary import summarize
@@ -47,6 +48,9 @@ def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
         "noisy": s.noisy,
         "warmup_samples": samples.warmup_ms,
     }
+    if samples.cpu_ms is not None:
+        out["cpu_samples"] = samples.cpu_ms
+        out["cpu_median"] = summarize(samples.cpu_ms).median
     if samples.device_ms is not None:
         out["device_samples"] = list(samples.device_ms)
         out["device_median"] = summarize(samples.device_ms).median
@@ -150,7 +154,9 @@ def measure(
     compile_probe = getattr(workload, "compile_probe", None)
     if compile_probe is not None and warmup < 1:
         raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
+    at_start = cpu_snapshot()
     warm = timer.warm_up(warmup)
+    at_timed = cpu_snapshot()
     if compile_probe is not None:
         compile_probe.mark_warm()
     timed_ms: list[float] | None = None
@@ -163,6 +169,7 @@ def measure(
             measured["time_ms"] = timing_metrics(samples)
         if "memory" in names:
             measured.update(probe.read())
+    at_end = cpu_snapshot()  # before the extra passes, whose own load is not the measurement's
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
     steps = warmup + (repeat if timed_ms is not None else 0)
@@ -183,4 +190,5 @@ def measure(
         batch_size=workload.batch_size,
         started_at=started,
         wall_s=round(time.perf_counter() - t_start, 3),
+        threads=thread_record(at_start, at_timed, at_end),
     )

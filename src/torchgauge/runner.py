@@ -86,9 +86,10 @@ class RunnerOptions:
     # Workers at once. Keep 1 for timing (parallel runs disturb each other's samples); more
     # is for coverage recording and smoke checks, where only the outcome matters.
     jobs: int = 1
-    # torch intra-op threads per worker; None: torch's default with one job, else the CPU
-    # count shared out between the jobs (two workers of 2 threads on 2 cores spin against
-    # each other: OpenMP oversubscription made parallel smoke runs several times slower).
+    # torch intra-op threads per worker; None: harness.threads.DEFAULT_INTRA_OP_THREADS with
+    # one job, else the CPU count shared out between the jobs (two workers of 2 threads on 2
+    # cores spin against each other: OpenMP oversubscription made parallel runs several times
+    # slower). 0: one per CPU (torch's own default), for throughput on a dedicated machine.
     threads_per_worker: int | None = None
     # CPU ids the worker is pinned to (os.sched_setaffinity); empty: not pinned. Executors that
     # share a machine between several runners (executors/ray_cluster.py) claim cores for it.
@@ -96,6 +97,7 @@ class RunnerOptions:
     # Environment variables set in the worker before the run (e.g. CUDA_VISIBLE_DEVICES for the
     # GPU a cluster assigned): workers fork from a long-lived forkserver, not from the caller.
     worker_env: tuple[tuple[str, str], ...] = ()
+    pin_threads: bool = False  # restrict each worker to as many CPUs as it has threads
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
@@ -198,13 +200,19 @@ def _add_accuracy(record: RunRecord) -> None:
         record.error = accuracy.get("reason")
 
 
-def worker_threads(options: RunnerOptions) -> int | None:
-    """Intra-op threads each worker uses: the explicit setting, or the CPUs split between jobs."""
+def worker_threads(options: RunnerOptions) -> int:
+    """Intra-op threads each worker uses: the explicit setting (0: one per CPU), the CPUs
+    split between jobs, or :data:`~torchgauge.harness.threads.DEFAULT_INTRA_OP_THREADS`."""
+    from .harness.threads import DEFAULT_INTRA_OP_THREADS
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if options.threads_per_worker == 0:
+        return max(1, cpus // options.jobs)
     if options.threads_per_worker is not None:
         return options.threads_per_worker
     if options.jobs > 1:
-        return max(1, (os.cpu_count() or 1) // options.jobs)
-    return None
+        return max(1, cpus // options.jobs)
+    return DEFAULT_INTRA_OP_THREADS
 
 
 # prctl(2) option: the signal a process gets when its parent thread dies.
@@ -290,9 +298,35 @@ def _watch_parent(parent_alive, scratch: tuple[str, ...]) -> None:
 WATCHDOG_GRACE_S = 1.0
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None,
-                 parent_alive=None, scratch_log: bool = False, cpu_affinity: tuple[int, ...] = (),
-                 worker_env: tuple[tuple[str, str], ...] = ()) -> None:
+def _apply_threads(options: RunnerOptions) -> None:
+    from .harness.threads import ThreadSettings, apply_thread_settings
+
+    apply_thread_settings(ThreadSettings(worker_threads(options), pin=options.pin_threads))
+
+
+@contextlib.contextmanager
+def _threads_in_this_process(options: RunnerOptions) -> Iterator[None]:
+    """--in-process runs: apply the worker's thread settings here, restore them afterwards."""
+    import torch
+
+    saved, saved_env, saved_affinity = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"), None
+    if options.pin_threads and hasattr(os, "sched_getaffinity"):
+        saved_affinity = os.sched_getaffinity(0)
+    _apply_threads(options)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+        if saved_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved_env
+        if saved_affinity is not None:
+            os.sched_setaffinity(0, saved_affinity)
+
+
+def _worker_main(config: RunConfig, options: RunnerOptions, conn, log_path: str, parent_alive=None,
+                 scratch_log: bool = False) -> None:
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
     with contextlib.suppress(PermissionError):  # already a group leader (never, when forked)
@@ -305,17 +339,13 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     try:
-        os.environ.update(dict(worker_env))
-        if cpu_affinity:
-            os.sched_setaffinity(0, cpu_affinity)
+        os.environ.update(dict(options.worker_env))
+        if options.cpu_affinity:  # cores an executor claimed for this run
+            os.sched_setaffinity(0, options.cpu_affinity)
         from .registry import load_model_file
 
-        if threads is not None:
-            import torch
-
-            torch.set_num_threads(threads)
-
-        for path in model_files:
+        _apply_threads(options)
+        for path in options.model_files:
             load_model_file(path)
         record = execute(config)
     except BaseException as exc:  # model-file import errors, KeyboardInterrupt, SystemExit
@@ -392,8 +422,7 @@ class _Worker:
         self.recv, send = mp_ctx.Pipe(duplex=False)
         # the parent holds the only writer of this one: EOF in the worker means we died
         alive_r, self.alive_w = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options),
-                                                              alive_r, scratch_log, options.cpu_affinity, options.worker_env),
+        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options, send, log_path, alive_r, scratch_log),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()
@@ -502,8 +531,8 @@ def run_suite(
         raise ValueError(f"timeout_s must be a finite number > 0; got {options.timeout_s}")
     if options.memory_limit_mb is not None and not (math.isfinite(options.memory_limit_mb) and options.memory_limit_mb > 0):
         raise ValueError(f"memory_limit_mb must be a finite number > 0 or None; got {options.memory_limit_mb}")
-    if options.threads_per_worker is not None and options.threads_per_worker < 1:
-        raise ValueError(f"threads_per_worker must be >= 1; got {options.threads_per_worker}")
+    if options.threads_per_worker is not None and options.threads_per_worker < 0:
+        raise ValueError(f"threads_per_worker must be >= 0 (0: one per CPU); got {options.threads_per_worker}")
     configs = list(configs)
     done: dict[int, RunRecord] = {}
     mp_ctx = _mp_context(options, configs) if options.isolate else None
@@ -518,7 +547,8 @@ def run_suite(
 
     running: dict[int, tuple[RunConfig, _Worker, float]] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp, \
+                (contextlib.nullcontext() if options.isolate else _threads_in_this_process(options)):
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
             pending = iter(enumerate(configs))

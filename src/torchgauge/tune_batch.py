@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .results.schema import RunConfig, RunRecord
-from .runner import RunnerOptions, run_suite
+from .runner import RunnerOptions, run_suite, worker_threads
 from .stats.batch_search import (
     DEFAULT_WITHIN,
     BatchChoice,
     BatchPoint,
     choose_batch_size,
+    curve_doubts,
+    implausible_sizes,
     next_batch_size,
     stop_reason,
 )
@@ -124,6 +126,8 @@ class BatchSearch:
     choice: BatchChoice | None = None
     wall_s: float = 0.0
     repeat: int = 10
+    doubts: list[str] = field(default_factory=list)  # why the choice may be noise (stats.batch_search.curve_doubts)
+    threads: int | None = None  # intra-op threads every size was measured with
 
     def entry(self) -> dict[str, Any]:
         """The store entry (requires a choice)."""
@@ -140,6 +144,8 @@ class BatchSearch:
             "curve": [p.as_dict() for p in self.points],
             "device": self.device,
             "repeat": self.repeat,
+            "threads": self.threads,
+            "doubts": self.doubts,
             "tuned_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "torch_version": torch.__version__,
         }
@@ -156,6 +162,8 @@ class BatchSearch:
             "throughput": self.choice.throughput if self.choice else None,
             "curve": [p.as_dict() for p in self.points],
             "wall_s": self.wall_s,
+            "threads": self.threads,
+            "doubts": self.doubts,
         }
 
 
@@ -176,6 +184,8 @@ def _point(batch_size: int, record: RunRecord) -> BatchPoint:
         cpu_peak_mb=record.metrics.get("cpu_peak_mb"),
         gpu_peak_mb=record.metrics.get("gpu_peak_mb"),
         error=_error_line(record.error) if record.status != "ok" else (None if ok else "no time measured"),
+        ci_low_ms=t.get("ci_low") if ok else None,
+        ci_high_ms=t.get("ci_high") if ok else None,
     )
 
 
@@ -233,7 +243,18 @@ def search_batch_size(
             search.stop = reason
             break
         batch = next_batch_size(batch, max_batch)
+    # Sizes slower per step than a larger size were disturbed (load only adds time): measure
+    # them once more in a fresh process and keep the faster of the two measurements.
+    for size_ in implausible_sizes(search.points):
+        i = next(k for k, p in enumerate(search.points) if p.batch_size == size_)
+        config = RunConfig(model=model, mode="eval", device=device, batch_size=size_, size=size,
+                           repeat=repeat, warmup=warmup, metrics=("time", "memory"))
+        again = _point(size_, run_suite([config], runner_options)[0])
+        if again.ok and again.median_ms < search.points[i].median_ms:
+            search.points[i] = again
     search.choice = choose_batch_size(search.points, within)
+    search.doubts = curve_doubts(search.points, search.choice)
+    search.threads = worker_threads(runner_options)
     search.wall_s = round(time.monotonic() - t0, 3)
     return search
 

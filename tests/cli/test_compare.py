@@ -99,6 +99,26 @@ def test_stored_runs_latest_previous_and_ids(cli, files, tmp_path) -> None:
     other.env["machine_fingerprint"] = "m2"
     other.write(elsewhere)
     code, _, err = cli("compare", str(base), str(elsewhere))
-    assert code == 0 and "come from different machines (m1 vs m2)" in err
+    assert code == 0 and "different hardware" in err
     code, _, err = cli("compare", str(tmp_path / "missing.json"), str(new))
     assert code == 1 and "results file not found" in err
+
+
+def test_an_underpowered_slowdown_exits_3_unless_allowed(cli, tmp_path) -> None:
+    # issue 17: --repeat 3 made a 3.4x slowdown pass as "0 regression(s)", exit 0
+    def side(level: float, path) -> str:
+        runs = [RunRecord(RunConfig("m", mode="eval"), "ok", batch_size=2,
+                          metrics={"time_ms": {"samples": [level, level * 1.01, level * 0.99]}})]
+        ResultsFile(env={"machine_fingerprint": "m1"}, runs=runs).write(path)
+        return str(path)
+
+    base, new = side(831.0, tmp_path / "base.json"), side(2824.0, tmp_path / "new.json")
+    md = tmp_path / "report.md"
+    code, out, err = cli("compare", base, new, "--markdown", str(md))
+    assert code == 3 and "cannot reach alpha" in " ".join((out + err).split())
+    assert md.read_text().index("## Inconclusive") < md.read_text().index("## Regressions")
+    code, _, _ = cli("compare", base, new, "--allow-inconclusive")
+    assert code == 0
+    code, stdout, _ = cli("compare", base, new, "--json", "--allow-inconclusive")
+    doc = json.loads(stdout)
+    assert doc["inconclusive"][0]["verdict"] == "inconclusive" and doc["regressions"] == []

@@ -122,3 +122,21 @@ def test_sparkline() -> None:
 
     assert sparkline([1.0, 2.0, None, 3.0]) == "\u2581\u2585 \u2588"
     assert sparkline([5.0, 5.0]) == "\u2581\u2581" and sparkline([None]) == " " and sparkline([]) == ""
+
+
+def test_import_merge_refuses_shards_from_different_hardware(cli, tmp_path) -> None:
+    hardware = {"cpu_model": "Xeon A", "cpu_count": 4, "memory_gib": 16.0, "gpu_name": None}
+    paths = []
+    for i, cpu in enumerate(("Xeon A", "Xeon A", "EPYC B")):
+        path = tmp_path / f"shard-{i}.json"
+        runs = [RunRecord(RunConfig(f"m{i}", mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0]}})]
+        ResultsFile(env={**hardware, "cpu_model": cpu, "hostname": f"runner-{i}"}, runs=runs).write(path)
+        paths.append(str(path))
+    db = tmp_path / "h.sqlite"
+    code, _, err = cli("import", *paths[:2], "--merge", "--db", str(db))  # other hostnames, same hardware: fine
+    assert code == 0, err
+    code, _, err = cli("import", *paths, "--merge", "--db", str(tmp_path / "mixed.sqlite"))
+    assert code == 1 and "2 different hardware types" in err and "EPYC B, 4 CPUs, 16 GiB, no GPU" in err
+    assert "--allow-mixed-hardware" in err and not (tmp_path / "mixed.sqlite").exists()
+    code, _, err = cli("import", *paths, "--merge", "--allow-mixed-hardware", "--db", str(tmp_path / "mixed.sqlite"))
+    assert code == 0 and "2 hardware types" in err

@@ -85,3 +85,12 @@ def test_shard_splits_models(cli, tmp_path) -> None:
         assert len(models) == 1 and not (models & seen)
         seen |= models
     assert seen == {"planted_ok", "planted_eval_only"}
+
+
+def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = cli("run", "planted_ok", "planted_raises", "--model-file", PLANTED, "--size", "smoke", "--mode",
+                       "eval", "--repeat", "2", "--warmup", "1", "--rounds", "3", "--output", str(out), "--quiet")
+    doc = json.loads(out.read_text())
+    assert [r["model"] for r in doc["runs"]] == ["planted_ok", "planted_raises"] * 3  # round-major
+    assert all(r["threads"]["intra_op"] == 1 for r in doc["runs"] if r["status"] == "ok")

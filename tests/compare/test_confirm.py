@@ -109,3 +109,16 @@ def test_rerun_command_carries_the_configuration() -> None:
     for part in ("--mode=train", "--batch-size=8", "--size=smoke", "--repeat=5", "--warmup=1", "--metrics=time,memory",
                  "--model-file=/x/models.py", "--no-db", f"--output={os.devnull}"):
         assert part in cmd
+
+
+def test_reruns_use_the_thread_count_the_compared_runs_recorded(tmp_path) -> None:
+    from torchgauge.confirm import recorded_intra_op_threads
+
+    one = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 1})
+    two = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 2})
+    assert recorded_intra_op_threads([one, one]) == 1
+    assert recorded_intra_op_threads([one, two]) is None and recorded_intra_op_threads([RunRecord(RunConfig("m"), "ok")]) is None
+    cmd = rerun_command("py", [RunConfig("m")], tmp_path / "o.json", ConfirmRequest(threads=1))
+    assert "--threads=1" in cmd
+    default = rerun_command("py", [RunConfig("m")], tmp_path / "o.json", ConfirmRequest())
+    assert not any(arg.startswith("--threads") for arg in default)

@@ -102,8 +102,11 @@ def test_several_processes_per_side_test_process_medians() -> None:
     offsets_b, offsets_n = [1.0, 1.08, 0.95], [1.02, 0.97, 1.09]
     base = _rf(*[_run("m", 10 * o, seed=i, rel_sd=0.005) for i, o in enumerate(offsets_b)])
     new = _rf(*[_run("m", 10 * o, seed=10 + i, rel_sd=0.005) for i, o in enumerate(offsets_n)])
-    (f,) = [f for f in compare_results(base, new).unchanged if f.metric == "time_ms"]
+    cmp = compare_results(base, new)
+    (f,) = [f for f in cmp.inconclusive if f.metric == "time_ms"]
     assert (f.n_base, f.n_new) == (3, 3)  # medians of processes, not 30 pooled samples
+    # 3 process medians per side cannot reach alpha 0.01 (best p 0.05): inconclusive, not "unchanged"
+    assert "smallest one-sided p is 0.05" in f.detail["reason"] and not cmp.inconclusive_beyond_threshold
 
 
 def test_ordering_and_validation() -> None:
@@ -126,3 +129,57 @@ def test_parse_threshold(text, value) -> None:
 def test_parse_threshold_rejects(text, msg) -> None:
     with pytest.raises(ValueError, match=msg):
         parse_threshold(text)
+
+
+def test_backend_and_device_verdicts_say_inconclusive_not_same() -> None:
+    from torchgauge.compare.matching import time_verdict
+
+    def rec(samples):
+        return RunRecord(RunConfig("m", mode="eval"), "ok", metrics={"time_ms": {"samples": samples}})
+
+    # three samples per side: 1.5-4.8x differences used to read "same"
+    assert time_verdict(rec([10.0, 10.1, 9.9]), rec([48.0, 47.0, 49.0])) == "inconclusive"
+    ten = [10.0 + 0.01 * i for i in range(10)]
+    assert time_verdict(rec(ten), rec([v * 2 for v in ten])) == "slower"
+    assert time_verdict(rec(ten), rec(list(reversed(ten)))) == "same"
+
+
+def test_sides_on_different_hardware_are_named() -> None:
+    a = {"cpu_model": "Xeon A", "cpu_count": 4, "memory_gib": 16.0}
+    base, new = _rf(_run("m", 10.0)), _rf(_run("m", 10.0))
+    base.env, new.env = dict(a, hostname="x"), dict(a, hostname="y")
+    assert compare_results(base, new).hardware_note is None  # hostnames differ, hardware does not
+    new.env = dict(a, cpu_model="EPYC B")
+    note = compare_results(base, new).hardware_note
+    assert "base ran on Xeon A, 4 CPUs, 16 GiB, no GPU, new on EPYC B" in note
+
+
+def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> None:
+    from torchgauge.compare.regression import memory_floor_mb
+
+    def mem(model, peak):
+        return RunRecord(RunConfig(model, mode="eval"), "ok", metrics={"cpu_peak_mb": peak}, batch_size=2)
+
+    # one process a side: 2 x 2.5% of the peak must be exceeded as well as the threshold
+    small = compare_results(_rf(mem("m", 400.0)), _rf(mem("m", 430.0)))  # +7.5%, 30 MiB > floor 20
+    assert [f.metric for f in small.regressions] == ["cpu_peak_mb"] and small.regressions[0].detail["floor_mb"] == 20.0
+    # several processes a side whose own values spread 40 MiB: a 30 MiB move is noise
+    noisy = compare_results(_rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)),
+                            _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0)))
+    assert not noisy.regressions
+    assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks
+
+
+def test_time_signal_cpu_tests_the_process_cpu_time() -> None:
+    def rec(wall, cpu):
+        return RunRecord(RunConfig("m", mode="eval"), "ok", batch_size=2,
+                         metrics={"time_ms": {"samples": wall, "cpu_samples": cpu}})
+
+    steady = [10.0 + 0.01 * i for i in range(10)]
+    # the candidate ran descheduled (wall x3) but its CPU time per step did not change
+    base, new = _rf(rec(steady, steady)), _rf(rec([3 * v for v in steady], steady))
+    assert compare_results(base, new).regressions
+    cpu = compare_results(base, new, time_signal="cpu")
+    assert not cpu.regressions and cpu.time_signal == "cpu"
+    with pytest.raises(ValueError, match="accepted: wall, cpu"):
+        compare_results(base, new, time_signal="ticks")

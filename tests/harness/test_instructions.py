@@ -49,6 +49,11 @@ def test_command_starts_with_collection_off() -> None:
     assert cmd[:3] == ["/usr/bin/valgrind", "--tool=callgrind", "--collect-atstart=no"]
     assert "--callgrind-out-file=/tmp/x/cg.out" in cmd
     assert cmd[-3:] == ["/usr/bin/python3", "-c", "pass"]
+    assert "--instr-atstart=yes" in cmd
+    # with callgrind_control the child switches instrumentation on only before the counted steps
+    fast = ins.callgrind_command("/usr/bin/valgrind", "/tmp/x/cg.out", "/usr/bin/python3", ["-c", "pass"],
+                                 instrument_at_start=False)
+    assert "--instr-atstart=no" in fast
 
 
 def test_missing_valgrind_is_unsupported_with_the_reason(monkeypatch) -> None:

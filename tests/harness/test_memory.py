@@ -33,3 +33,11 @@ def test_env_has_the_fields_results_need() -> None:
         assert key in env
     assert env["machine_fingerprint"] == machine_fingerprint(env)
     assert machine_fingerprint({**env, "cpu_count": 999}) != env["machine_fingerprint"]
+
+
+def test_fingerprint_is_the_hardware_not_the_hostname() -> None:
+    env = collect_env()
+    assert isinstance(env["memory_gib"], float) and env["memory_gib"] > 0
+    assert machine_fingerprint({**env, "hostname": "another-runner"}) == env["machine_fingerprint"]
+    for key, value in (("cpu_model", "Other CPU"), ("memory_gib", 1.0), ("gpu_name", "GPU Z"), ("gpu_driver", "999.1")):
+        assert machine_fingerprint({**env, key: value}) != env["machine_fingerprint"], key

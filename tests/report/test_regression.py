@@ -33,7 +33,7 @@ def test_markdown_sections_and_rows() -> None:
     md = render_markdown(_cmp(), base_label="nightly-1122", new_label="nightly-1123")
     first = md.splitlines()[0]
     assert first == "# torchgauge: regressions found (nightly-1123 vs nightly-1122)"
-    assert "**3 regression(s), 1 improvement(s), 1 new failure(s), 1 fix(es)**" in md
+    assert "**3 regression(s), 1 improvement(s), 1 new failure(s), 1 fix(es), 0 inconclusive**" in md
     assert "threshold 7.0%, alpha 0.01 after holm correction" in md
     assert "| model | config | metric | base | new | change | p-value |" in md
     assert "| resnet50 | train/cpu/fp32/eager bs=32 | time_ms | 100 ms | 112.5 ms | +12.5% | 0.0004 |" in md

@@ -10,6 +10,7 @@ import pytest
 from torchgauge.stats.compare import (
     Change,
     adjust_pvalues,
+    attainable_pvalue,
     benjamini_hochberg,
     compare_samples,
     compare_values,
@@ -119,9 +120,25 @@ def test_three_percent_shift_is_not_flagged_at_seven_percent_even_when_significa
     assert c.verdict == "unchanged"  # ... but below the threshold
 
 
-def test_large_shift_without_significance_is_not_flagged() -> None:
+def test_a_test_that_cannot_reach_alpha_is_inconclusive_never_unchanged() -> None:
     c = compare_samples([10.0, 11.0], [20.0, 21.0], threshold=0.07, alpha=0.01)  # n=2: min p = 1/6
-    assert c.change > 0.07 and c.verdict == "unchanged" and c.p_value == pytest.approx(1 / 6)
+    assert c.change > 0.07 and c.verdict == "inconclusive" and c.p_value == pytest.approx(1 / 6)
+    assert "smallest one-sided p is 0.17" in c.reason
+    # issue 17: --repeat 3 passed a 3.4x slowdown as "0 regressions"
+    c = compare_samples([831.0, 829.0, 835.0], [2824.0, 2810.0, 2830.0])
+    assert c.verdict == "inconclusive" and c.beyond_threshold
+    same = compare_samples([831.0, 829.0, 835.0], [830.0, 828.0, 836.0])
+    assert same.verdict == "inconclusive" and not same.beyond_threshold  # no power either way
+
+
+def test_correction_can_make_a_test_inconclusive() -> None:
+    # 5 vs 5 values: best raw p 1/252 = 0.004 passes alone, not after Holm over 10 tests
+    change = compare_samples([1.0, 1.1, 1.2, 1.3, 1.4], [1.5, 1.6, 1.7, 1.8, 1.9], alpha=0.01)
+    assert change.verdict == "regression"
+    judged = judge([change] * 10, "holm")
+    assert {c.verdict for c in judged} == {"inconclusive"} and "after holm over 10 tests" in judged[0].reason
+    assert attainable_pvalue(5, 5, 10, "holm") == pytest.approx(10 / 252)
+    assert attainable_pvalue(5, 5, 10, "none") == pytest.approx(1 / 252)
 
 
 def test_hundred_aa_configs_corrected_flags_none_for_fixed_seed() -> None:

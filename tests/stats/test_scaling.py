@@ -67,3 +67,18 @@ def test_exponent_beyond_the_search_range_is_flagged() -> None:
     fit = fit_power_law(XS, [1e-12 * x**6 + 1.0 for x in XS])
     assert fit.at_bound
     assert "ill-determined" in fit.describe()
+
+
+def test_exponent_interval_is_narrow_for_clean_data_and_wide_for_noise() -> None:
+    import random
+
+    from torchgauge.stats.scaling import fit_power_law
+
+    rng = random.Random(1)
+    xs = [1, 2, 4, 8, 16, 32, 64]
+    clean = fit_power_law(xs, [0.5 * x**2 * (1 + 0.02 * rng.gauss(0, 1)) for x in xs])
+    assert clean.b_low <= clean.b <= clean.b_high and clean.b_high - clean.b_low < 0.1 and not clean.b_interval_wide
+    noise = fit_power_law(xs, [1 + 0.3 * rng.random() for _ in xs])
+    assert noise.b_interval_wide and "WIDE" in noise.describe()
+    exact = fit_power_law([1, 2, 4], [2.0, 3.0, 5.0])  # three points, three parameters: no dof
+    assert exact.dof == 0 and exact.b_low is None and exact.b_interval_wide

@@ -50,6 +50,9 @@ from .params import PROBABILITY, SECONDS, check_device, fraction, non_negative, 
 @click.option("--fastest", default="100%", show_default=True, callback=fraction,
               help="Compare only this fraction of each point's fastest samples, e.g. 20% on a shared "
                    "machine (load only adds time); 100% is compare's test.")
+@click.option("--threads", default="1", show_default=True,
+              help="torch intra-op threads of every measurement: N or 'all'; 1 keeps samples unimodal on a shared "
+                   "CPU (part of the cache key).")
 @click.option("--multiple", is_flag=True, help="Find every change in the range, not only the first bad point.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Measurement cache (default: ~/.cache/torchgauge/bisect).")
@@ -106,6 +109,7 @@ def bisect_command(**kw: object) -> None:
 def _spec(kw: dict):
     from ..bisect import MeasureSpec
     from ..configure import BACKENDS, PRECISIONS
+    from ..harness.threads import parse_threads
 
     if kw["precision"] not in PRECISIONS:
         raise click.BadParameter(f"{kw['precision']!r}; accepted: {', '.join(PRECISIONS)}", param_hint="--precision")
@@ -113,6 +117,10 @@ def _spec(kw: dict):
         raise click.BadParameter(f"{kw['backend']!r}; accepted: {', '.join(BACKENDS)}", param_hint="--backend")
     if not 0 < kw["alpha"] < 1:
         raise click.BadParameter(f"{kw['alpha']} is out of range; accepted: 0 < alpha < 1", param_hint="--alpha")
+    try:
+        threads = parse_threads(kw["threads"])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--threads") from None
     models = selected_models(kw["patterns"], kw["model_files"])
     return MeasureSpec(
         models=tuple(models),
@@ -126,6 +134,7 @@ def _spec(kw: dict):
         warmup=kw["warmup"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         metric=kw["metric"],
+        threads=threads,
     )
 
 
@@ -154,9 +163,11 @@ def _describe(candidate: dict) -> str:
 
 
 def _print_report(term, report) -> None:
+    from ..bisect import format_change
+
     rows = []
     for outcome in report.outcomes:
-        ends = outcome.status if outcome.change is None else f"{outcome.change:+.1%} {outcome.direction or outcome.status}"
+        ends = outcome.status if outcome.change is None else f"{format_change(outcome.change)} {outcome.direction or outcome.status}"
         if not outcome.culprits:
             rows.append([outcome.config, ends, None, None, outcome.message])
         for culprit in outcome.culprits:
@@ -165,13 +176,26 @@ def _print_report(term, report) -> None:
             else:
                 what = f"{culprit.reason}: one of " + ", ".join(c["label"] for c in culprit.candidates)
             rows.append([outcome.config, ends, culprit.last_good,
-                         None if culprit.change is None else f"{culprit.change:+.1%}", what])
+                         None if culprit.change is None else format_change(culprit.change), what])
     term.table(["config", "good -> bad", "last good", "step", "first bad"], rows, justify=["left", "left", "left", "right", "left"])
     for outcome in report.outcomes:
         if outcome.noise is not None and outcome.noise > report.threshold:
             term.warning(f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
-                         f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. Bisect on a "
-                         "quiet machine, with --fastest 20% and more --repeat, or with --metric instructions/op_counts")
+                         f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. "
+                         + _noise_advice(report))
+        if outcome.status == "uncertain":
+            term.warning(f"{outcome.config}: {outcome.message}")
         if outcome.uncertain:
             term.warning(f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
                          f"{', '.join(outcome.uncertain)}")
+
+
+def _noise_advice(report) -> str:
+    """What to change when samples are too noisy: threads first (the usual cause on a shared CPU)."""
+    threads = report.threads
+    advice = []
+    if threads is None or threads > 1:
+        advice.append("measure with --threads 1 (several intra-op threads on shared cores give bimodal samples)")
+    advice.append("bisect on a quieter machine, with --fastest 20% and more --repeat")
+    advice.append("or with --metric instructions/op_counts (deterministic)")
+    return "; ".join(advice)

@@ -191,6 +191,10 @@ def _report(cmp, kw: dict, term) -> None:
         if cmp.unmatched:
             term.table(UNMATCHED_COLUMNS, unmatched_rows(cmp.unmatched),
                        title=f"not compared ({len(cmp.failed_candidate)} failed with {cmp.candidate})")
+        undecided = [f"{r.model}/{r.mode}" for r in cmp.rows if r.verdict == "inconclusive"]
+        if undecided:
+            term.warning(f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
+                         f"its alpha, so a difference could not count (rerun with more --repeat): {', '.join(undecided)}")
         if cmp.failed_accuracy:
             term.warning(f"failed the accuracy check with {cmp.candidate} (left out of the geometric means): "
                          + ", ".join(f"{r.model}/{r.mode}" for r in cmp.failed_accuracy))

@@ -83,6 +83,12 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models, for --confirm reruns (repeatable).")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
+@click.option("--time-signal", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="Test wall time, or each step's process CPU time (one intra-op thread: ignores time spent "
+                   "descheduled on a loaded machine; docs/regression-detection.md).")
+@click.option("--allow-inconclusive", is_flag=True,
+              help="Exit 0 even when a change beyond --threshold is inconclusive (the test cannot reach --alpha "
+                   "with these sample sizes); they are still listed first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare_command(**kw: object) -> int:
@@ -90,11 +96,13 @@ def compare_command(**kw: object) -> int:
 
     A time regression needs a median slowdown of at least --threshold AND a significant
     one-sided rank test after --correction; memory and deterministic counts use the
-    threshold alone. Exits 1 when a regression or a new failure is found.
+    threshold alone. Exits 1 when a regression or a new failure is found, 3 when a change
+    beyond the threshold is inconclusive (its test cannot reach --alpha; --allow-inconclusive
+    exits 0 instead), 0 otherwise.
     """
     import sys
 
-    from ..compare.regression import compare_results
+    from ..compare.regression import EXIT_INCONCLUSIVE, compare_results, exit_code
     from ..report.regression import FINDING_COLUMNS, comparison_json, finding_rows, render_markdown
     from .terminal import Terminal
 
@@ -108,18 +116,16 @@ def compare_command(**kw: object) -> int:
     finally:
         if "store" in cache:
             cache["store"].close()
-    fingerprints = (base.env.get("machine_fingerprint"), new.env.get("machine_fingerprint"))
-    if all(fingerprints) and fingerprints[0] != fingerprints[1]:
-        term.warning(f"{base_label} and {new_label} come from different machines ({fingerprints[0]} vs "
-                     f"{fingerprints[1]}): time and memory changes may be the hardware's")
     for label, side in ((base_label, base), (new_label, new)):
         if not side.complete:
             term.warning(f"{label} is an interrupted run: the configurations it never reached are missing from it")
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
-                          count_threshold=kw["count_threshold"])
+                          count_threshold=kw["count_threshold"], time_signal=kw["time_signal"])
+    if cmp.hardware_note:
+        term.warning(f"{new_label} vs {base_label}: {cmp.hardware_note}")
     _warn_missing(cmp, {"base": base_label, "new": new_label}, term)
     if kw["confirm"] and cmp.regressions:
-        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison
+        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison, recorded_intra_op_threads
 
         request = ConfirmRequest(
             baseline_python=str(kw["baseline_python"] or sys.executable),
@@ -127,6 +133,7 @@ def compare_command(**kw: object) -> int:
             rounds=kw["confirm_runs"],
             timeout_s=float(kw["timeout"]),
             model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
+            threads=recorded_intra_op_threads([*base.runs, *new.runs]),
         )
         term.info(f"confirming {len({f.config.key() for f in cmp.regressions})} flagged configuration(s) in fresh processes")
         try:
@@ -141,6 +148,10 @@ def compare_command(**kw: object) -> int:
     if kw["as_json"]:
         term.markdown(comparison_json(cmp, base_label=base_label, new_label=new_label))
     else:
+        if cmp.inconclusive:
+            term.table(FINDING_COLUMNS, finding_rows(cmp.inconclusive), title="inconclusive (cannot reach alpha)")
+            for f in cmp.inconclusive_beyond_threshold:
+                term.warning(f"inconclusive: {f.config.label()} {f.metric} {f.change:+.1%}: {f.detail.get('reason')}")
         for title, findings in (("regressions", cmp.regressions), ("improvements", cmp.improvements)):
             if findings:
                 term.table(FINDING_COLUMNS, finding_rows(findings), title=title)
@@ -151,10 +162,13 @@ def compare_command(**kw: object) -> int:
         if cmp.dismissed:
             term.info(f"{len(cmp.dismissed)} flagged change(s) not confirmed by {cmp.confirm_rounds} fresh runs per side")
     summary = (f"{len(cmp.regressions)} regression(s), {len(cmp.improvements)} improvement(s), "
-               f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es) in {cmp.compared} configuration(s) "
-               f"({new_label} vs {base_label})")
-    (term.error if cmp.regressions or cmp.new_failures else term.success)(summary)
-    code = 1 if cmp.regressions or cmp.new_failures else 0
+               f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es), "
+               f"{len(cmp.inconclusive)} inconclusive in {cmp.compared} configuration(s) ({new_label} vs {base_label})")
+    code = exit_code(cmp, allow_inconclusive=bool(kw["allow_inconclusive"]))
+    (term.error if code else term.success)(summary)
+    if code == EXIT_INCONCLUSIVE:
+        term.error(f"{len(cmp.inconclusive_beyond_threshold)} change(s) beyond the threshold could not be tested "
+                   f"(exit {EXIT_INCONCLUSIVE}); rerun with more --repeat or pass --allow-inconclusive")
     if code:
         raise click.exceptions.Exit(code)
     return 0

@@ -66,6 +66,10 @@ def compare_devices_command(*, a_file: str, b_file: str, output: str | None, cha
                        justify=("left", "right", "right", "right", "right", "right"))
         else:
             term.warning("no configuration could be matched between the two files")
+        undecided = [f"{r.model}/{r.mode}" for r in cmp.rows if r.verdict == "inconclusive"]
+        if undecided:
+            term.warning(f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
+                         f"its alpha, so a difference could not count (rerun with more --repeat): {', '.join(undecided)}")
         if cmp.unmatched:
             term.table(UNMATCHED_COLUMNS, unmatched_rows(cmp.unmatched), title="not compared")
     if output:

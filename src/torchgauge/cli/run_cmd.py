@@ -89,6 +89,13 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
               help="Steps the leak metric runs and samples memory after (default 50).")
 @click.option("--instruction-steps", type=int, default=None,
               help="Steps the instructions metric counts under callgrind (default 3).")
+@click.option("--threads", default="1", show_default=True,
+              help="torch intra-op threads per run: N, or 'all' (one per CPU). 1 stays stable on a shared machine "
+                   "(docs/regression-detection.md, 'Thread settings'); recorded in every run.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Measure each configuration in this many fresh processes, interleaved over the suite (asv's "
+                   "rounds); compare then tests process medians (docs/regression-detection.md).")
+@click.option("--pin-threads", is_flag=True, help="Restrict each run to as many CPUs as it has threads.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
 @click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
@@ -135,6 +142,7 @@ def run_command(**kw: object) -> None:
         from ..compare.dynamo_perf import with_eager_baseline
 
         configs = with_eager_baseline(configs)
+    configs = [c for _ in range(kw["rounds"]) for c in configs]  # round-major: load drift hits every config alike
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
@@ -206,6 +214,10 @@ def run_command(**kw: object) -> None:
 
         paths = write_performance_csv(kw["csv_path"], suite_performance_rows(results.runs))
         term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
+    crowded = [r.config.model for r in results.runs if (r.threads or {}).get("oversubscribed")]
+    if crowded:
+        term.warning(f"{len(crowded)} run(s) were oversubscribed (their threads plus other processes' work exceeded "
+                     f"the CPUs): their timings are unreliable; see each record's 'threads' ({', '.join(crowded[:5])})")
     code = exit_code(results.runs)
     if code == DEVICE_MISSING_EXIT_CODE:
         skipped = next(r for r in results.runs if r.status == "skipped")
@@ -333,6 +345,7 @@ def _parse(kw: dict) -> tuple:
     """Turn raw click values into (SuiteRequest, RunnerOptions, output path); one-line errors."""
     from ..configure import BACKENDS, PRECISIONS
     from ..harness.metrics import validate_metrics
+    from ..harness.threads import parse_threads
     from ..registry import load_model_file
     from ..runner import RunnerOptions
     from ..suite import SelectionError, SuiteRequest, default_output_path, parse_shard, select_models
@@ -351,6 +364,7 @@ def _parse(kw: dict) -> tuple:
             metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
         options.update(_counting_options(kw))
         shard = parse_shard(kw["shard"])
+        threads = parse_threads(kw["threads"])
         models = select_models(kw["patterns"], exclude=kw["exclude"], domain=kw["domain"], tags=kw["tags"])
     except (ValueError, SelectionError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -377,6 +391,8 @@ def _parse(kw: dict) -> tuple:
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         isolate=not kw["in_process"],
         log_dir=str(Path(kw["keep_logs"]).resolve()) if kw["keep_logs"] else None,
+        threads_per_worker=0 if threads is None else threads,
+        pin_threads=bool(kw["pin_threads"]),
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
     return request, runner_options, output

@@ -84,8 +84,12 @@ def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics,
     if as_json:
         term.json(doc)
     else:
+        for c in curves:
+            if c.fit is not None and c.fit.b_interval_wide:
+                term.warning(f"{c.mode} {c.metric} vs {c.parameter}: the exponent is not determined by these points "
+                             "(95% interval wider than 0.5, or none): add grid points or repeats before reading it")
         term.table(FIT_COLUMNS, fit_rows(curves), title=f"{model}: scaling fits",
-                   justify=("left", "left", "left", "left", "right", "left", "right", "right", "right"))
+                   justify=("left", "left", "left", "left", "right", "left", "right", "left", "right", "right"))
     for r in failed:
         term.warning(f"{json.dumps(point_of[key(r.config)])} {r.config.mode}: {r.status}: "
                      f"{(r.error or '').strip().splitlines()[-1:] or ''}")

@@ -86,6 +86,8 @@ def tune_batch_command(**kw: object) -> None:
         for s in searches:
             _print_curve(term, s)
     for s in searches:
+        for doubt in s.doubts:
+            term.warning(f"{s.model}: {doubt}; rerun with more --repeat on a quieter machine before relying on it")
         if s.choice is None:
             term.warning(f"{s.model}: no batch size ran ({s.points[0].status}: {s.points[0].error or 'no detail'}); nothing stored")
     if store is not None and any(s.choice for s in searches):

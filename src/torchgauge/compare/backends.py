@@ -57,7 +57,7 @@ class BackendRow:
     compile_s: float | None = None  # the candidate's compile time, from metrics["compile"]
     graph_breaks: int | None = None
     accuracy: str | None = None  # the candidate's accuracy status when checked
-    verdict: str | None = None  # candidate time "faster" | "slower" | "same" (threshold + rank test)
+    verdict: str | None = None  # candidate time "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
 
     @property
     def failed_accuracy(self) -> bool:

@@ -82,7 +82,10 @@ def time_samples(record: RunRecord) -> list[float]:
 
 
 def time_verdict(base: RunRecord, new: RunRecord) -> str | None:
-    """``"faster"``, ``"slower"`` or ``"same"`` for ``new`` against ``base``, or None without samples.
+    """``"faster"``, ``"slower"``, ``"same"`` or ``"inconclusive"`` for ``new`` against ``base``, or None without samples.
+
+    ``"inconclusive"``: the rank test cannot reach alpha with so few samples (e.g. three per
+    side), so no difference could ever count; it is never reported as ``"same"``.
 
     A difference counts only when the medians differ by the threshold *and* the samples by
     a rank test (:func:`torchgauge.stats.compare.compare_samples`, its default threshold and
@@ -94,7 +97,7 @@ def time_verdict(base: RunRecord, new: RunRecord) -> str | None:
     if not b or not n:
         return None
     verdict = compare_samples(b, n).verdict
-    return {"regression": "slower", "improvement": "faster"}.get(verdict, "same")
+    return {"regression": "slower", "improvement": "faster", "inconclusive": "inconclusive"}.get(verdict, "same")
 
 
 def _error_line(text: str | None) -> str:

@@ -9,8 +9,9 @@ The rule (TorchBench's nightly guard, made noise-aware; docs/regression-detectio
   configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
   runs), the per-process medians are tested instead of the pooled samples
   (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
-* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): near-deterministic, so the threshold
-  alone, with an absolute floor (:data:`MEMORY_MIN_DELTA_MB`); plus the leak flag
+* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor scaled to the
+  measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
+  memory like time; plus the leak flag
   (``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
 * **deterministic counts** (``instructions``, ``op_counts``, ``flops``): the threshold
   alone, reporting which operators' counts changed.
@@ -42,16 +43,24 @@ from ..stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compa
 from .matching import USABLE_STATUSES, Unmatched
 
 __all__ = [
+    "EXIT_INCONCLUSIVE",
+    "EXIT_REGRESSION",
     "COUNT_METRICS",
     "COUNT_THRESHOLDS",
     "FINDING_KEYS",
     "MEMORY_METRICS",
     "MEMORY_MIN_DELTA_MB",
+    "MEMORY_RUN_TO_RUN_SPREAD",
+    "MEMORY_SPREAD_MULTIPLE",
     "TIME_METRIC",
+    "TIME_SIGNALS",
     "Comparison",
     "Finding",
     "StatusChange",
     "compare_results",
+    "exit_code",
+    "hardware_note",
+    "memory_floor_mb",
     "parse_threshold",
 ]
 
@@ -64,8 +73,30 @@ COUNT_THRESHOLDS = {"instructions": INSTRUCTIONS_THRESHOLD, "op_counts": COUNT_T
 LEAK_METRIC = "leak"
 # A peak-memory change must also exceed this many MiB: a 0.2 -> 0.3 MiB GPU peak is +50% and nothing.
 MEMORY_MIN_DELTA_MB = 2.0
+# Run-to-run spread (max - min) of cpu_peak_mb across fresh processes, as a fraction of the
+# peak: at most 2.2% (resnet18 train, 9 MiB of 420) over 12 configurations x 6 processes
+# (benchmarks/memory_spread.py; docs/regression-detection.md). Rounded up.
+MEMORY_RUN_TO_RUN_SPREAD = 0.025
+# A memory change must exceed this many times the spread: the spread observed between the
+# processes of either side when both sides have several, else MEMORY_RUN_TO_RUN_SPREAD of the peak.
+MEMORY_SPREAD_MULTIPLE = 2.0
 # The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
 FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
+
+
+# `compare`'s exit codes (docs/regression-detection.md; the nightly workflow relies on them):
+# 1 a regression or new failure, 3 an inconclusive change beyond the threshold (2 is click's usage error).
+EXIT_REGRESSION = 1
+EXIT_INCONCLUSIVE = 3
+
+
+def exit_code(cmp: "Comparison", *, allow_inconclusive: bool = False) -> int:
+    """0, :data:`EXIT_REGRESSION` or :data:`EXIT_INCONCLUSIVE` (a regression takes precedence)."""
+    if cmp.regressions or cmp.new_failures:
+        return EXIT_REGRESSION
+    if cmp.inconclusive_beyond_threshold and not allow_inconclusive:
+        return EXIT_INCONCLUSIVE
+    return 0
 
 
 def parse_threshold(text: str | float) -> float:
@@ -103,7 +134,7 @@ class Finding:
     new: float | None
     change: float | None  # relative change new / base - 1 (+ is worse); None for the leak flag
     p_value: float | None  # corrected one-sided p of the direction of the change; None if untested
-    verdict: str  # "regression" | "improvement" | "unchanged"
+    verdict: str  # "regression" | "improvement" | "unchanged" | "inconclusive" (detail["reason"] says why)
     n_base: int = 1  # values tested per side (samples, or process medians)
     n_new: int = 1
     detail: dict[str, Any] = field(default_factory=dict)  # e.g. {"ops": {...}} for count metrics
@@ -152,15 +183,25 @@ class Comparison:
     new_env: dict[str, Any] = field(default_factory=dict)
     dismissed: list[Finding] = field(default_factory=list)  # flagged, then not confirmed by --confirm reruns
     confirm_rounds: int = 0  # fresh processes per side in the confirmation (0: not confirmed)
+    # Tests that could not reach alpha (sample sizes, correction): never read as "unchanged";
+    # those whose median change reaches the threshold first.
+    inconclusive: list[Finding] = field(default_factory=list)
+    hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
+    time_signal: str = "wall"  # a key of TIME_SIGNALS: which per-step series was tested
 
     @property
     def has_regressions(self) -> bool:
         return bool(self.regressions)
 
     @property
+    def inconclusive_beyond_threshold(self) -> list[Finding]:
+        """Inconclusive changes whose median change reaches the threshold: they fail a gate unless allowed."""
+        return [f for f in self.inconclusive if f.change is not None and abs(f.change) >= self.threshold]
+
+    @property
     def compared(self) -> int:
         """Number of configurations with at least one judged metric."""
-        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged)})
+        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive)})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +214,9 @@ class Comparison:
             "new_failures": [s.to_dict() for s in self.new_failures],
             "fixes": [s.to_dict() for s in self.fixes],
             "unmatched": [u.as_dict() for u in self.unmatched],
+            "inconclusive": [f.to_dict() for f in self.inconclusive],
+            "hardware_note": self.hardware_note,
+            "time_signal": self.time_signal,
             "unchanged": len(self.unchanged),
             "confirm_rounds": self.confirm_rounds,
             "dismissed": [f.to_dict() for f in self.dismissed],
@@ -203,10 +247,15 @@ def _status(records: list[RunRecord]) -> RunRecord:
     return next((r for r in records if r.status not in USABLE_STATUSES), records[0])
 
 
-def _time_groups(records: list[RunRecord]) -> list[list[float]]:
+# Which per-step series of time_ms is tested: wall time, or the process's CPU time
+# (``cpu_samples``; with one intra-op thread it ignores time the process spent descheduled).
+TIME_SIGNALS = {"wall": "samples", "cpu": "cpu_samples"}
+
+
+def _time_groups(records: list[RunRecord], field_name: str = "samples") -> list[list[float]]:
     groups = []
     for rec in records:
-        samples = (rec.metrics.get(TIME_METRIC) or {}).get("samples") or []
+        samples = (rec.metrics.get(TIME_METRIC) or {}).get(field_name) or []
         clean = [float(v) for v in samples if v is not None and not math.isnan(float(v))]
         if clean:
             groups.append(clean)
@@ -233,8 +282,11 @@ def _op_changes(base: list[RunRecord], new: list[RunRecord]) -> dict[str, Any]:
 
 
 def _from_change(config: RunConfig, metric: str, change: Change, detail: dict[str, Any] | None = None) -> Finding:
+    detail = dict(detail or {})
+    if change.reason:
+        detail["reason"] = change.reason
     return Finding(config, metric, change.base, change.new, change.change, change.p_value, change.verdict,
-                   change.n_base, change.n_new, detail or {})
+                   change.n_base, change.n_new, detail)
 
 
 def compare_results(
@@ -246,6 +298,7 @@ def compare_results(
     correction: str = DEFAULT_CORRECTION,
     count_threshold: float | None = None,
     memory_min_delta_mb: float = MEMORY_MIN_DELTA_MB,
+    time_signal: str = "wall",
 ) -> Comparison:
     """Judge every configuration present in both result sets.
 
@@ -258,6 +311,7 @@ def compare_results(
         count_threshold: threshold for every deterministic count; default per metric
             (:data:`COUNT_THRESHOLDS`: ``stats.deterministic``'s named constants).
         memory_min_delta_mb: absolute floor of a memory change (MiB).
+        time_signal: ``"wall"`` (time_ms samples) or ``"cpu"`` (per-step process CPU time).
 
     Returns:
         A :class:`Comparison`; findings are in base order, time first.
@@ -268,6 +322,8 @@ def compare_results(
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
+    if time_signal not in TIME_SIGNALS:
+        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNALS)}")
     if not 0 < alpha < 1:
         raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
     if not threshold > 0:
@@ -308,7 +364,7 @@ def compare_results(
                                        f"batch sizes differ: {b_batch} in base, {n_batch} in new"))
             continue
 
-        bt, nt = _time_groups(brecs), _time_groups(nrecs)
+        bt, nt = _time_groups(brecs, TIME_SIGNALS[time_signal]), _time_groups(nrecs, TIME_SIGNALS[time_signal])
         if bt and nt:
             change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha)
             timed.append((cfg, change))
@@ -316,9 +372,10 @@ def compare_results(
             bv, nv = _values(brecs, (metric,)), _values(nrecs, (metric,))
             if bv and nv:
                 change = compare_values(median(bv), median(nv), threshold=threshold)
-                if abs(change.new - change.base) < memory_min_delta_mb:
+                floor = memory_floor_mb(bv, nv, memory_min_delta_mb)
+                if abs(change.new - change.base) < floor:
                     change = replace(change, verdict="unchanged")
-                others.append(_from_change(cfg, metric, change))
+                others.append(_from_change(cfg, metric, change, {"floor_mb": round(floor, 1)}))
         others.extend(_leak_findings(cfg, brecs, nrecs))
         for metric, path in COUNT_METRICS.items():
             bv, nv = _values(brecs, path), _values(nrecs, path)
@@ -335,7 +392,12 @@ def compare_results(
 
     judged = judge([c for _, c in timed], correction)
     findings = [_from_change(cfg, TIME_METRIC, c) for (cfg, _), c in zip(timed, judged)] + others
+    inconclusive = [f for f in findings if f.verdict == "inconclusive"]
+    inconclusive.sort(key=lambda f: f.change is None or abs(f.change) < threshold)  # beyond the threshold first
     return Comparison(
+        inconclusive=inconclusive,
+        hardware_note=hardware_note(base, new),
+        time_signal=time_signal,
         regressions=[f for f in findings if f.verdict == "regression"],
         improvements=[f for f in findings if f.verdict == "improvement"],
         unchanged=[f for f in findings if f.verdict == "unchanged"],
@@ -348,6 +410,26 @@ def compare_results(
         base_env=dict(base.env),
         new_env=dict(new.env),
     )
+
+
+def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: float = MEMORY_MIN_DELTA_MB) -> float:
+    """Smallest peak-memory change (MiB) that counts between these per-process values.
+
+    :data:`MEMORY_SPREAD_MULTIPLE` times the run-to-run spread: the spread seen within each
+    side when both were measured in several processes (``--confirm``, ``--rounds``), else
+    :data:`MEMORY_RUN_TO_RUN_SPREAD` of the base peak; never below ``min_delta_mb``.
+
+    Example:
+        >>> memory_floor_mb([400.0], [440.0])  # one process a side: 2 x 2.5% of 400 MiB
+        20.0
+        >>> memory_floor_mb([400.0, 409.0], [440.0, 441.0])  # observed spread 9 MiB
+        18.0
+    """
+    if len(base) >= 2 and len(new) >= 2:
+        spread = max(max(base) - min(base), max(new) - min(new))
+    else:
+        spread = MEMORY_RUN_TO_RUN_SPREAD * median(base)
+    return max(min_delta_mb, MEMORY_SPREAD_MULTIPLE * spread)
 
 
 def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) -> list[Finding]:
@@ -363,3 +445,31 @@ def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) 
         return []
     verdict = "regression" if n[0] and not b[0] else "improvement" if b[0] and not n[0] else "unchanged"
     return [Finding(cfg, LEAK_METRIC, b[1], n[1], None, None, verdict, detail={"base_leaking": b[0], "new_leaking": n[0]})]
+
+
+def _fingerprints(results: ResultsFile) -> dict[str, dict[str, Any]]:
+    """Fingerprint -> environment of every hardware a result set's runs came from."""
+    from ..harness.env import machine_fingerprint
+
+    envs = [results.env] + [r.env for r in results.runs if r.env]
+    # recomputed where the hardware fields are there: older files hashed the hostname too
+    return {(machine_fingerprint(e) if e.get("cpu_model") else e["machine_fingerprint"]): e
+            for e in envs if e.get("cpu_model") or e.get("machine_fingerprint")}
+
+
+def hardware_note(base: ResultsFile, new: ResultsFile) -> str | None:
+    """A sentence when the two sides, or the shards of one side, ran on different hardware."""
+    from ..harness.env import describe_hardware
+
+    b, n = _fingerprints(base), _fingerprints(new)
+    notes = []
+    for side, prints in (("base", b), ("new", n)):
+        if len(prints) > 1:
+            notes.append(f"the {side} side mixes {len(prints)} hardware types ("
+                         + "; ".join(describe_hardware(e) for e in prints.values()) + ")")
+    if b and n and not set(b) & set(n):
+        notes.append(f"base ran on {'; '.join(describe_hardware(e) for e in b.values())}, new on "
+                     f"{'; '.join(describe_hardware(e) for e in n.values())}")
+    if not notes:
+        return None
+    return "different hardware: " + "; ".join(notes) + ". Time and memory changes may be the hardware's."

@@ -1,4 +1,4 @@
-"""The environment a measurement was taken in: software versions, CPU, GPU, host."""
+"""The environment a measurement was taken in: software versions, CPU, memory, GPU, host."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["collect_env", "cpu_model", "machine_fingerprint"]
+__all__ = ["FINGERPRINT_KEYS", "collect_env", "cpu_model", "describe_hardware", "machine_fingerprint"]
 
 
 @lru_cache(maxsize=1)
@@ -50,11 +50,41 @@ def _gpu_info(torch: Any) -> dict[str, Any]:
     return info
 
 
+# What changes performance, and so what the fingerprint hashes: the hardware (CPU model, CPUs,
+# memory, GPU model, count and driver) and how torch was built for it (CUDA/HIP version, debug
+# build, oneDNN). Not the hostname: hosted CI runners get a new one every night while the
+# hardware stays, and two hosts of one hardware type measure alike. Not the torch version:
+# comparing torch builds on one hardware is the point of a comparison.
+FINGERPRINT_KEYS = ("cpu_model", "cpu_count", "memory_gib", "gpu_name", "gpu_count", "gpu_driver", "cuda_version",
+                    "hip_version", "torch_debug", "mkldnn")
+
+
 def machine_fingerprint(env: dict[str, Any]) -> str:
-    """Stable id of the hardware a run used (host, CPU, core count, GPU): results from
-    different fingerprints are never compared as if from one machine."""
-    parts = [str(env.get(k)) for k in ("hostname", "cpu_model", "cpu_count", "gpu_name")]
+    """Stable id of the hardware (and torch build type) a run used, from :data:`FINGERPRINT_KEYS`:
+    results from different fingerprints are never compared as if from one machine."""
+    parts = [f"{k}={env.get(k)}" for k in FINGERPRINT_KEYS]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def describe_hardware(env: dict[str, Any]) -> str:
+    """One line naming the hardware of an environment, e.g. ``AMD EPYC 7763, 4 CPUs, 16 GiB, no GPU``."""
+    if not env.get("cpu_model"):  # an environment recorded without hardware fields
+        return f"machine {env.get('machine_fingerprint') or 'unknown'}"
+    gpu = env.get("gpu_name")
+    gpus = (f"{env.get('gpu_count') or 1}x {gpu}" + (f" (driver {env['gpu_driver']})" if env.get("gpu_driver") else "")
+            if gpu else "no GPU")
+    memory = f"{env['memory_gib']:g} GiB" if isinstance(env.get("memory_gib"), (int, float)) else "memory unknown"
+    return f"{env.get('cpu_model') or 'unknown CPU'}, {env.get('cpu_count')} CPUs, {memory}, {gpus}"
+
+
+def _memory_gib() -> float | None:
+    """Total memory, rounded to 1 GiB (the kernel's figure moves by a few MiB between boots)."""
+    try:
+        import psutil
+
+        return float(round(psutil.virtual_memory().total / 2**30))
+    except Exception:  # noqa: BLE001 - optional detail of the environment
+        return None
 
 
 def collect_env() -> dict[str, Any]:
@@ -73,6 +103,7 @@ def collect_env() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
         "torch_num_threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
         "mkldnn": bool(torch.backends.mkldnn.is_available()),

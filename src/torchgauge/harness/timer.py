@@ -23,10 +23,17 @@ class TimingSamples:
     wall_ns: tuple[int, ...]  # timed steps, host clock, sync before and after
     warmup_ns: tuple[int, ...]  # warm-up steps (the first includes lazy init / compilation)
     device_ms: tuple[float, ...] | None = None  # CUDA event time per timed step
+    # This process's CPU time per timed step (all its threads). With one intra-op thread it
+    # does not grow when other processes deschedule ours, unlike wall time (harness.threads).
+    cpu_ns: tuple[int, ...] | None = None
 
     @property
     def wall_ms(self) -> list[float]:
         return [ns / 1e6 for ns in self.wall_ns]
+
+    @property
+    def cpu_ms(self) -> list[float] | None:
+        return None if self.cpu_ns is None else [ns / 1e6 for ns in self.cpu_ns]
 
     @property
     def warmup_ms(self) -> list[float]:
@@ -78,11 +85,13 @@ class StepTimer:
         sync: Callable[[], None] = lambda: None,
         clock: Callable[[], int] = time.perf_counter_ns,
         events: Callable[[], tuple[Any, Any]] | None = None,
+        cpu_clock: Callable[[], int] | None = time.process_time_ns,
     ) -> None:
         self._step = step
         self._sync = sync
         self._clock = clock
         self._events = events
+        self._cpu_clock = cpu_clock
 
     def _timed_call(self) -> int:
         sync, clock, step = self._sync, self._clock, self._step
@@ -108,8 +117,14 @@ class StepTimer:
     def time(self, repeat: int, warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
         """Time ``repeat`` iterations (no warm-up)."""
         if self._events is None:
-            wall = tuple(self._timed_call() for _ in range(repeat))
-            return TimingSamples(wall_ns=wall, warmup_ns=warmup_ns)
+            if self._cpu_clock is None:
+                return TimingSamples(wall_ns=tuple(self._timed_call() for _ in range(repeat)), warmup_ns=warmup_ns)
+            cpu_clock, wall, cpu = self._cpu_clock, [], []
+            for _ in range(repeat):
+                c0 = cpu_clock()
+                wall.append(self._timed_call())
+                cpu.append(cpu_clock() - c0)
+            return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns, cpu_ns=tuple(cpu))
         wall_list: list[int] = []
         pairs = []
         sync, clock, step = self._sync, self._clock, self._step

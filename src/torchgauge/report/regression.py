@@ -19,7 +19,7 @@ __all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "fo
 FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-value")
 # Environment fields shown side by side, in this order (the JSON keeps the whole env).
 ENV_KEYS = ("torch_version", "torch_git_version", "python_version", "cuda_version", "gpu_name", "gpu_driver",
-            "cpu_model", "cpu_count", "torch_num_threads", "hostname", "machine_fingerprint", "platform")
+            "cpu_model", "cpu_count", "memory_gib", "torch_num_threads", "hostname", "machine_fingerprint", "platform")
 _UNITS = {"time_ms": "ms", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB", "leak": "MiB/iter"}
 
 
@@ -89,12 +89,13 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         base_label, new_label: how the two sides are named (file names, run ids).
     """
     n_reg, n_imp = len(cmp.regressions), len(cmp.improvements)
-    verdict = "regressions found" if n_reg else "no regression"
+    verdict = ("regressions found" if n_reg else "inconclusive changes" if cmp.inconclusive_beyond_threshold
+               else "no regression")
     lines = [
         f"# torchgauge: {verdict} ({markdown_text(new_label)} vs {markdown_text(base_label)})",
         "",
         f"**{n_reg} regression(s), {n_imp} improvement(s), {len(cmp.new_failures)} new failure(s), "
-        f"{len(cmp.fixes)} fix(es)** across {cmp.compared} compared configuration(s); "
+        f"{len(cmp.fixes)} fix(es), {len(cmp.inconclusive)} inconclusive** across {cmp.compared} compared configuration(s); "
         f"threshold {cmp.threshold:.1%}, alpha {cmp.alpha:g} after {cmp.correction} correction "
         f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
         "",
@@ -105,6 +106,13 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         if count:  # a partial run: say so up front, not only inside "Not compared"
             lines += [f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; "
                       "see below).", ""]
+    if cmp.hardware_note:
+        lines += [f"**Warning: {cmp.hardware_note}**", ""]
+    if cmp.inconclusive:
+        lines += ["## Inconclusive (the test cannot reach alpha)", ""]
+        lines += _table((*FINDING_COLUMNS, "reason"), [[*row, f.detail.get("reason", "")] for row, f in
+                                                       zip(finding_rows(cmp.inconclusive), cmp.inconclusive)])
+        lines.append("")
     for title, findings in (("Regressions", cmp.regressions), ("Improvements", cmp.improvements)):
         lines.append(f"## {title}")
         lines.append("")

@@ -8,7 +8,8 @@ from ..scale import SWEEP_METRICS, ScalingCurve
 
 __all__ = ["FIT_COLUMNS", "fit_rows", "write_scaling_plot"]
 
-FIT_COLUMNS = ("mode", "metric", "vs", "held at", "points", "fit: a * x^b + c", "b", "R^2", "max residual")
+FIT_COLUMNS = ("mode", "metric", "vs", "held at", "points", "fit: a * x^b + c", "b", "b 95% interval", "R^2",
+               "max residual")
 _FIT_SAMPLES = 50  # points drawn along each fitted curve
 
 
@@ -22,12 +23,14 @@ def fit_rows(curves: Sequence[ScalingCurve]) -> list[list[Any]]:
     for c in curves:
         label = f"{c.metric} ({SWEEP_METRICS.get(c.metric, '')})"
         if c.fit is None:
-            rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), len(c.xs), c.note, None, None, None])
+            rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), len(c.xs), c.note, None, None, None, None])
             continue
         f = c.fit
         formula = f"{f.a:.3g} * x^{f.b:.3g} + {f.c:.3g}" + (" (b at search bound: ill-determined)" if f.at_bound else "")
-        rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), f.n, formula, round(f.b, 3), round(f.r2, 4),
-                     f"{f.max_rel_residual:.1%}"])
+        interval = ("none (no dof)" if f.b_low is None or f.b_high is None else f"{f.b_low:.3g}..{f.b_high:.3g}") + (
+            " WIDE" if f.b_interval_wide else "")
+        rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), f.n, formula, round(f.b, 3), interval,
+                     round(f.r2, 4), f"{f.max_rel_residual:.1%}"])
     return rows
 
 

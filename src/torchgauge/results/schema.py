@@ -188,6 +188,8 @@ class RunRecord:
     started_at: str = ""
     wall_s: float = 0.0  # wall time of the whole run (build + warm-up + timing + extras)
     env: dict[str, Any] | None = None  # per-run environment when runs come from several
+    # Thread settings in effect and the CPUs other processes kept busy (harness.threads.thread_record)
+    threads: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -227,6 +229,8 @@ class RunRecord:
         }
         if self.env is not None:
             doc["env"] = self.env
+        if self.threads is not None:
+            doc["threads"] = self.threads
         return doc
 
     @classmethod
@@ -249,6 +253,7 @@ class RunRecord:
             started_at=doc.get("started_at", ""),
             wall_s=float(doc.get("wall_s") or 0.0),
             env=doc.get("env"),
+            threads=doc.get("threads"),
         )
 
 

@@ -23,7 +23,10 @@ __all__ = [
     "STOP_REASONS",
     "BatchChoice",
     "BatchPoint",
+    "IMPLAUSIBLE_SPEEDUP",
     "choose_batch_size",
+    "curve_doubts",
+    "implausible_sizes",
     "next_batch_size",
     "stop_reason",
     "throughput",
@@ -61,6 +64,8 @@ class BatchPoint:
     cpu_peak_mb: float | None = None
     gpu_peak_mb: float | None = None
     error: str | None = None  # last line of the error of a failed size
+    ci_low_ms: float | None = None  # confidence interval of the median step time
+    ci_high_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,7 +81,15 @@ class BatchPoint:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "BatchPoint":
-        return cls(**{k: doc.get(k) for k in ("batch_size", "status", "median_ms", "cpu_peak_mb", "gpu_peak_mb", "error")})
+        return cls(**{k: doc.get(k) for k in ("batch_size", "status", "median_ms", "cpu_peak_mb", "gpu_peak_mb", "error",
+                                              "ci_low_ms", "ci_high_ms")})
+
+    @property
+    def throughput_interval(self) -> tuple[float, float] | None:
+        """Samples/s at the ends of the median's confidence interval, or None without one."""
+        if not self.ok or not self.ci_low_ms or not self.ci_high_ms or self.ci_low_ms <= 0:
+            return None
+        return throughput(self.batch_size, self.ci_high_ms), throughput(self.batch_size, self.ci_low_ms)
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,51 @@ def stop_reason(
     if budget_s is not None and elapsed_s >= budget_s:
         return "budget"
     return None
+
+
+# A step of a larger batch may not take less time than one of a smaller batch, beyond noise:
+# one sample more cannot make the same kernels faster. A larger batch whose median step is
+# this many times faster than a smaller one's means one of the two was disturbed (issue 17:
+# batch 1 at 270 ms, batch 8 at 1.2 ms).
+IMPLAUSIBLE_SPEEDUP = 1.25
+
+
+def implausible_sizes(points: Sequence[BatchPoint], factor: float = IMPLAUSIBLE_SPEEDUP) -> list[int]:
+    """Sizes whose step time is more than ``factor`` times that of a larger size (re-measure them).
+
+    Example:
+        >>> implausible_sizes([BatchPoint(1, "ok", 270.0), BatchPoint(2, "ok", 1.0), BatchPoint(8, "ok", 1.2)])
+        [1]
+    """
+    good = sorted((p for p in points if p.ok), key=lambda p: p.batch_size)
+    return [p.batch_size for i, p in enumerate(good) if any(p.median_ms > factor * q.median_ms for q in good[i + 1:])]
+
+
+def curve_doubts(points: Sequence[BatchPoint], choice: BatchChoice | None) -> list[str]:
+    """Reasons not to trust a chosen size: an implausible curve, or a best size whose
+    throughput interval overlaps another size's (the choice between them is noise).
+
+    Example:
+        >>> pts = [BatchPoint(1, "ok", 10.0, ci_low_ms=9.0, ci_high_ms=11.0),
+        ...        BatchPoint(2, "ok", 19.0, ci_low_ms=17.0, ci_high_ms=21.0)]
+        >>> curve_doubts(pts, choose_batch_size(pts))
+        ['throughput intervals of batch 2 and 1 overlap: the choice between them is within noise']
+    """
+    doubts = []
+    bad = implausible_sizes(points)
+    if bad:
+        doubts.append(f"implausible curve: batch {', '.join(map(str, bad))} took longer per step than a larger batch "
+                      f"by more than {IMPLAUSIBLE_SPEEDUP}x")
+    if choice is not None:
+        best = next(p for p in points if p.ok and p.batch_size == choice.best_batch_size)
+        interval = best.throughput_interval
+        if interval is not None:
+            close = [p.batch_size for p in points if p.ok and p is not best and p.throughput_interval is not None
+                     and p.throughput_interval[1] >= interval[0]]
+            if close:
+                doubts.append(f"throughput intervals of batch {best.batch_size} and {', '.join(map(str, close))} "
+                              "overlap: the choice between them is within noise")
+    return doubts
 
 
 def choose_batch_size(points: Sequence[BatchPoint], within: float = DEFAULT_WITHIN) -> BatchChoice | None:

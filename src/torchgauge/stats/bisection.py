@@ -39,7 +39,9 @@ __all__ = [
     "Culprit",
     "bisect_range",
     "find_culprits",
+    "is_bimodal",
     "probe_order",
+    "step_is_consistent",
 ]
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -250,3 +252,44 @@ def find_culprits(
             stack.append((lo, mid))
     result.culprits = sorted(culprits, key=lambda c: c.candidates[0])
     return result
+
+
+# A point's samples are bimodal when, sorted, consecutive values jump by this factor with at
+# least BIMODAL_MIN_FRACTION of them on each side: the signature of intra-op threads waiting for
+# a descheduled peer (0.4 ms vs 24-170 ms in issue 17), which no rank test can judge.
+BIMODAL_GAP_RATIO = 2.0
+BIMODAL_MIN_FRACTION = 0.2
+
+
+def is_bimodal(values: list[float], *, gap_ratio: float = BIMODAL_GAP_RATIO,
+               min_fraction: float = BIMODAL_MIN_FRACTION) -> bool:
+    """True when ``values`` fall into two clusters at least ``gap_ratio`` apart.
+
+    Example:
+        >>> is_bimodal([0.4, 0.41, 0.42, 24.0, 30.0, 170.0])
+        True
+        >>> is_bimodal([10.0, 10.5, 11.0, 11.5, 12.0, 30.0])  # one outlier in six is not a second mode
+        False
+    """
+    xs = sorted(v for v in values if v > 0)
+    need = max(1, int(len(xs) * min_fraction + 0.999999))
+    return any(xs[i] / xs[i - 1] >= gap_ratio for i in range(need, len(xs) - need + 1))
+
+
+def step_is_consistent(step: float, total: float, threshold: float) -> bool:
+    """Whether a culprit's step (relative change across it) can explain the endpoints' change.
+
+    In log-ratio terms the step must lie within half the total change (plus the threshold)
+    of it: a +34,592% step between endpoints 80% apart, or a 1% step for a doubling, means
+    the samples around the culprit do not measure what the endpoints do.
+
+    Example:
+        >>> step_is_consistent(0.8, 0.85, 0.07), step_is_consistent(345.9, 0.8, 0.07)
+        (True, False)
+    """
+    import math
+
+    if step <= -1 or total <= -1:
+        return False
+    a, b = math.log1p(step), math.log1p(total)
+    return abs(a - b) <= abs(b) / 2 + math.log1p(threshold)

@@ -43,6 +43,7 @@ __all__ = [
     "Change",
     "RankTest",
     "adjust_pvalues",
+    "attainable_pvalue",
     "benjamini_hochberg",
     "compare_samples",
     "compare_values",
@@ -67,7 +68,9 @@ DEFAULT_ALPHA = 0.01
 DEFAULT_CORRECTION = "holm"
 CORRECTIONS = ("holm", "bh", "none")
 ALTERNATIVES = ("greater", "less", "two-sided")
-VERDICTS = ("regression", "improvement", "unchanged")
+# "inconclusive": the rank test could not reach alpha with these sample sizes and this
+# correction whatever the data (see :func:`attainable_pvalue`), so "unchanged" would be a guess.
+VERDICTS = ("regression", "improvement", "unchanged", "inconclusive")
 # Largest sample size per side for the exact U distribution (no ties); beyond it, or with
 # ties, the normal approximation with tie and continuity corrections is used.
 EXACT_MAX_N = 50
@@ -262,19 +265,33 @@ class Change:
     verdict: str = "unchanged"  # one of VERDICTS
     n_base: int = 1  # values tested per side (samples or process medians)
     n_new: int = 1
+    reason: str | None = None  # why the verdict is "inconclusive"
 
     @property
     def tested(self) -> bool:
         return self.alpha is not None
 
-    def _decide(self, p_greater: float | None, p_less: float | None) -> "Change":
+    @property
+    def beyond_threshold(self) -> bool:
+        """The median change reaches the threshold (either direction)."""
+        return abs(self.change) >= self.threshold and self.change != 0
+
+    def _decide(self, p_greater: float | None, p_less: float | None, tests: int = 1, correction: str = "none") -> "Change":
         # ``change > 0`` as well: with threshold 0 ("any change") equal values are not a regression.
         if self.change >= self.threshold and self.change > 0 and (not self.tested or p_greater <= self.alpha):
-            return replace(self, p_value=p_greater, verdict="regression")
+            return replace(self, p_value=p_greater, verdict="regression", reason=None)
         if self.change <= -self.threshold and self.change < 0 and (not self.tested or p_less <= self.alpha):
-            return replace(self, p_value=p_less, verdict="improvement")
+            return replace(self, p_value=p_less, verdict="improvement", reason=None)
         p = None if not self.tested else (p_greater if self.change >= 0 else p_less)
-        return replace(self, p_value=p, verdict="unchanged")
+        if self.tested:
+            best = attainable_pvalue(self.n_base, self.n_new, tests, correction)
+            if best > self.alpha:
+                reason = (f"cannot reach alpha {self.alpha:g}: with {self.n_base} vs {self.n_new} values the smallest "
+                          f"one-sided p is {min_exact_pvalue(self.n_base, self.n_new):.2g}"
+                          + (f", {best:.2g} after {correction} over {tests} tests" if tests > 1 and correction != "none" else "")
+                          + "; measure more repeats or processes")
+                return replace(self, p_value=p, verdict="inconclusive", reason=reason)
+        return replace(self, p_value=p, verdict="unchanged", reason=None)
 
 
 def compare_samples(
@@ -341,8 +358,28 @@ def judge(changes: Sequence[Change], correction: str = DEFAULT_CORRECTION) -> li
     less = adjust_pvalues([changes[i].p_less for i in tested], correction)
     out = list(changes)
     for j, i in enumerate(tested):
-        out[i] = changes[i]._decide(greater[j], less[j])
+        out[i] = changes[i]._decide(greater[j], less[j], len(tested), correction)
     return out
+
+
+def attainable_pvalue(m: int, n: int, tests: int = 1, correction: str = "none") -> float:
+    """The smallest corrected one-sided p a rank test on m and n values can reach.
+
+    The best raw p is :func:`min_exact_pvalue`; a Holm or Benjamini-Hochberg correction over
+    ``tests`` tests multiplies the smallest p of the family by ``tests``, so that is what a
+    single change among ``tests`` must clear. A test whose attainable p exceeds alpha can
+    never flag anything: its "no change" is no evidence.
+
+    Example:
+        >>> attainable_pvalue(3, 3)  # --repeat 3: never below 0.05
+        0.05
+        >>> round(attainable_pvalue(10, 10, 400, "holm"), 4)
+        0.0022
+    """
+    if m < 1 or n < 1:
+        return 1.0
+    factor = tests if correction in ("holm", "bh") else 1
+    return min(1.0, factor * min_exact_pvalue(m, n))
 
 
 def is_regression(

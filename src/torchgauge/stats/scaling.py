@@ -14,12 +14,17 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-__all__ = ["EXPONENT_RANGE", "MIN_POINTS", "PowerLawFit", "fit_power_law"]
+__all__ = ["EXPONENT_RANGE", "MIN_POINTS", "WIDE_EXPONENT_INTERVAL", "PowerLawFit", "fit_power_law"]
 
 # Exponents searched: anything a cost-vs-size curve plausibly has (sub-linear to cubic+).
 EXPONENT_RANGE = (-4.0, 4.0)
 # Three parameters need at least three distinct x values; with exactly three the fit is exact.
 MIN_POINTS = 3
+# An exponent interval wider than this says the sweep does not determine the scaling
+# (linear vs quadratic differ by 1.0; half of that is already a different story).
+WIDE_EXPONENT_INTERVAL = 0.5
+# Two-sided 97.5% Student t quantiles by degrees of freedom (1..10); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 _GRID_STEPS = 801  # coarse grid over EXPONENT_RANGE (step 0.01) before golden-section refinement
 _GOLDEN_ITERATIONS = 60
 
@@ -36,6 +41,14 @@ class PowerLawFit:
     max_rel_residual: float  # largest |fit - y| / y over the points
     dof: int  # degrees of freedom left: n - 3 (n - 2 when c was pinned to 0)
     at_bound: bool = False  # b hit the edge of EXPONENT_RANGE: the data do not determine it (flat or noisy)
+    # 95% profile interval of b (None: no degrees of freedom left, so no uncertainty estimate)
+    b_low: float | None = None
+    b_high: float | None = None
+
+    @property
+    def b_interval_wide(self) -> bool:
+        """The exponent is not pinned down: no interval, or one wider than :data:`WIDE_EXPONENT_INTERVAL`."""
+        return self.b_low is None or self.b_high is None or self.b_high - self.b_low > WIDE_EXPONENT_INTERVAL
 
     def predict(self, x: float) -> float:
         return self.a * x**self.b + self.c
@@ -43,8 +56,11 @@ class PowerLawFit:
     def describe(self, x_name: str = "x") -> str:
         """E.g. ``1.9e-03 * embedding_dim^1.02 + 0.41  (R^2 0.998, max residual 3.1%)``."""
         bound = ", exponent at search bound: ill-determined" if self.at_bound else ""
+        interval = ("exponent 95% interval: none (no dof left)" if self.b_low is None or self.b_high is None
+                    else f"exponent 95% interval {self.b_low:.3g}..{self.b_high:.3g}")
+        wide = ", WIDE: the exponent is not determined by these points" if self.b_interval_wide else ""
         return (f"{self.a:.3g} * {x_name}^{self.b:.3g} + {self.c:.3g}  "
-                f"(R^2 {self.r2:.4f}, max residual {self.max_rel_residual:.1%}, dof {self.dof}{bound})")
+                f"(R^2 {self.r2:.4f}, max residual {self.max_rel_residual:.1%}, dof {self.dof}{bound}; {interval}{wide})")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,5 +134,14 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float], *, free_constant: bo
     residual = max(abs(a * x**b + c - y) / y for x, y in zip(xs, ys))
     params = 3 if (free_constant and c > 0) else 2
     at_bound = min(b - EXPONENT_RANGE[0], EXPONENT_RANGE[1] - b) < 2 * step
-    return PowerLawFit(a=a, b=b, c=c, n=len(xs), r2=r2, max_rel_residual=residual, dof=len(xs) - params,
-                       at_bound=at_bound)
+    dof = len(xs) - params
+    b_low = b_high = None
+    if dof > 0:
+        # Profile interval: the exponents whose best fit is not worse than the optimum by more
+        # than an F(1, dof) test allows, SSE(b) <= SSE_min * (1 + t^2 / dof).
+        t = _T975[dof - 1] if dof <= len(_T975) else 1.96
+        limit = err * (1.0 + t * t / dof) + 1e-300
+        inside = [g for g in grid if sse(g) <= limit] + [b]
+        b_low, b_high = min(inside), max(inside)
+    return PowerLawFit(a=a, b=b, c=c, n=len(xs), r2=r2, max_rel_residual=residual, dof=dof,
+                       at_bound=at_bound, b_low=b_low, b_high=b_high)

@@ -1,0 +1,73 @@
+"""Run-to-run spread of peak memory across fresh processes, and the A/A memory false-alarm rate
+(issue 17, item 5).
+
+``--runs`` invocations of ``torchgauge run MODELS`` (each configuration in its own fresh worker
+process, as the nightly runs them) of one build; every pair of consecutive runs is compared
+with ``compare_results``. Reported: per configuration the peak-memory values and their
+spread, and how many A/A pairs the memory rule flags.
+
+    PYTHONPATH=src python benchmarks/memory_spread.py --runs 6 --workdir /tmp/memspread
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODELS = ["resnet18", "dlrm", "mobilenet_v2", "squeezenet1_1", "lennard_jones", "basic_gnn_gcn"]
+
+
+def main() -> None:
+    from torchgauge.compare.regression import MEMORY_METRICS, compare_results
+    from torchgauge.results.schema import load_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--size", default="smoke")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--workdir", default="memory-spread")
+    parser.add_argument("--reuse", action="store_true", help="analyse the results already in --workdir")
+    args = parser.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    paths = [work / f"run-{i}.json" for i in range(args.runs)]
+    loads = []
+    for path in paths:
+        if args.reuse and path.exists():
+            continue
+        loads.append(os.getloadavg()[0])
+        subprocess.run([sys.executable, "-m", "torchgauge.cli", "run", *args.models, "--size", args.size, "--repeat",
+                        str(args.repeat), "--output", str(path), "--quiet", "--no-db"], capture_output=True)
+    results = [load_results(p) for p in paths]
+    print(f"# {args.runs} runs of {len(args.models)} models ({args.size}); load average at starts: "
+          + ", ".join(f"{v:.1f}" for v in loads))
+    print("| configuration | metric | values (MiB) | spread (max-min) | spread / median |")
+    print("|---|---|---|---|---|")
+    for rec in results[0].runs:
+        key = rec.config.key()
+        for metric in MEMORY_METRICS:
+            values = [r.metrics.get(metric) for res in results for r in res.runs if r.config.key() == key]
+            values = [v for v in values if isinstance(v, (int, float))]
+            if len(values) > 1:
+                mid = sorted(values)[len(values) // 2]
+                print(f"| {rec.config.model}/{rec.config.mode} | {metric} | {', '.join(f'{v:.1f}' for v in values)} | "
+                      f"{max(values) - min(values):.1f} | {(max(values) - min(values)) / mid:.1%} |")
+    pairs = list(zip(results, results[1:]))
+    flagged = compared = 0
+    for base, new in pairs:
+        cmp = compare_results(base, new)
+        memory = [f for f in (*cmp.regressions, *cmp.improvements, *cmp.unchanged) if f.metric in MEMORY_METRICS]
+        compared += len(memory)
+        hits = [f for f in memory if f.verdict != "unchanged"]
+        flagged += len(hits)
+        for f in hits:
+            print(f"flag: {f.config.model}/{f.config.mode} {f.metric} {f.base:.1f} -> {f.new:.1f} ({f.change:+.1%})")
+    print(f"A/A memory flags: {flagged} of {compared} comparisons ({len(pairs)} pairs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,9 +6,11 @@ import os
 import torch
 
 from . import configure, measurement, registry  # noqa: F401
+from .models import import_all
 from .registry import list_models
 
-list_models()  # imports every built-in model family and entry-point plugin
+list_models()  # the index and the entry-point plugins
+import_all()  # every built-in model family, so that no worker imports one
 # The first optimizer a process builds imports torch._dynamo (about 4 s on a 2-core CPU);
 # doing it here once keeps that cost out of every training worker's wall time.
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)

@@ -148,10 +148,23 @@ _SMOKE_NARROW = dict(width=16, fc_dim=256)
 DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
 
 
-def _create_rcnn(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
-    """Build a Generalized R-CNN workload; ``kwargs`` are :class:`RCNNConfig` fields."""
+def _create_rcnn(
+    ctx: BuildContext,
+    *,
+    family: dict[str, Any],
+    image_size: tuple[int, int] | None = None,
+    max_boxes: int | None = None,
+    **kwargs: Any,
+) -> Workload:
+    """Build a Generalized R-CNN workload.
+
+    ``family`` holds the reference config's defaults (e.g. the C4 proposal counts) and
+    ``kwargs`` the variant's and the caller's :class:`RCNNConfig` fields. Precedence, lowest
+    first: family defaults, smoke sizes, kwargs, so smoke's few proposals replace a family's
+    thousands (they did not: C4 smoke evals ran res5 on every one of ~420 proposals).
+    """
     smoke = {**_SMOKE, **(_SMOKE_NARROW if kwargs.get("neck") in ("c4", "dc5") else {})} if ctx.smoke else {}
-    cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
+    cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
     model = GeneralizedRCNN(cfg)
     images, image_sizes, targets = synthetic_detection_batch(
         ctx,
@@ -169,8 +182,9 @@ def _create_rcnn(ctx: BuildContext, *, image_size: tuple[int, int] | None = None
     return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
 
 
-def _detectron2(**kwargs: Any) -> dict[str, Any]:
-    return {**(_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}), **kwargs}
+def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """A Detectron2 R-CNN: single-feature-map necks take Detectron2's C4/DC5 proposal counts."""
+    return _create_rcnn(ctx, family=_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}, **kwargs)
 
 
 # Parameter counts follow from the reference configs (Detectron2 publishes none): e.g.
@@ -178,43 +192,43 @@ def _detectron2(**kwargs: Any) -> dict[str, Any]:
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644)
 def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``faster_rcnn_R_50_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", **kwargs))
+    return _detectron2(ctx, depth=50, neck="c4", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468)
 def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50 with dilated res5 (Detectron2 ``faster_rcnn_R_50_DC5``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="dc5", **kwargs))
+    return _detectron2(ctx, depth=50, neck="dc5", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936)
 def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50-FPN (Detectron2 ``faster_rcnn_R_50_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", **kwargs))
+    return _detectron2(ctx, depth=50, neck="fpn", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548)
 def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``faster_rcnn_R_101_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", **kwargs))
+    return _detectron2(ctx, depth=101, neck="c4", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372)
 def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101 with dilated res5 (Detectron2 ``faster_rcnn_R_101_DC5``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="dc5", **kwargs))
+    return _detectron2(ctx, depth=101, neck="dc5", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840)
 def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101-FPN (Detectron2 ``faster_rcnn_R_101_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", **kwargs))
+    return _detectron2(ctx, depth=101, neck="fpn", **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612)
 def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``mask_rcnn_R_50_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=50, neck="c4", mask_on=True, **kwargs)
 
 
 @register_model(
@@ -222,19 +236,19 @@ def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
 )
 def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50-FPN (Detectron2 ``mask_rcnn_R_50_FPN``; MLPerf's heavy detector)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516)
 def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``mask_rcnn_R_101_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=101, neck="c4", mask_on=True, **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120)
 def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=101, neck="fpn", mask_on=True, **kwargs)
 
 
 @register_model(
@@ -246,4 +260,4 @@ def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
 )
 def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
-    return _create_rcnn(ctx, **{**_TORCHVISION, "depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
+    return _create_rcnn(ctx, family=_TORCHVISION, **{"depth": 50, "neck": "fpn", "mask_on": True, **kwargs})

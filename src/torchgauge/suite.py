@@ -134,7 +134,8 @@ def run_and_save(
     from .harness.env import collect_env
     from .runner import run_suite
 
-    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__)
+    configs = list(configs)
+    results = ResultsFile(env=env if env is not None else collect_env(), torchgauge_version=__version__, planned=configs)
 
     def save(record: RunRecord) -> None:
         results.runs.append(record)
@@ -142,7 +143,7 @@ def run_and_save(
         if on_result:
             on_result(record)
 
-    results.write(output)  # an empty file with the environment, before anything runs
+    results.write(output)  # the environment and the plan, before anything runs
     run_suite(configs, runner_options, on_result=save, on_start=on_start)
     return results
 

@@ -85,3 +85,17 @@ def test_shard_splits_models(cli, tmp_path) -> None:
         assert len(models) == 1 and not (models & seen)
         seen |= models
     assert seen == {"planted_ok", "planted_eval_only"}
+
+
+def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = cli("run", "planted_ok", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke",
+                       "--repeat", "2", "--warmup", "1", "--jobs", "2", "--output", str(out))
+    assert code == 0, err
+    assert "--jobs 2: runs overlap" in err and "timings are not" in err
+    assert "[1/4]" in err and "[4/4]" in err and "eta" in err  # count lines, piped output included
+    assert "4 of 4 runs in" in err and "3 ok, 1 unsupported" in err
+    doc = json.loads(out.read_text())
+    assert sorted((p["model"], p["mode"]) for p in doc["planned"]) == [
+        ("planted_eval_only", "eval"), ("planted_eval_only", "train"), ("planted_ok", "eval"), ("planted_ok", "train")]
+    assert len(doc["runs"]) == 4

@@ -90,6 +90,9 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable).")
 @click.option("--shard", default=None, help="Run shard i of n of the selected models, e.g. 2/4 (CI sharding).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs at once. Above 1 the runs disturb each other's timings: for smoke checks where only the "
+                   "outcome matters (the CPUs are shared out between workers, as in `coverage --jobs`).")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -98,7 +101,8 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
-    from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
+    from ..report.progress import SuiteProgress
+    from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_rows
     from ..suite import exit_code, plan, run_and_save
     from .terminal import Terminal
 
@@ -110,15 +114,20 @@ def run_command(**kw: object) -> None:
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
+    if runner_options.jobs > 1:
+        term.warning(f"--jobs {runner_options.jobs}: runs overlap and share the CPUs, so their timings are not "
+                     "comparable with each other or with a --jobs 1 run; use it for smoke checks of outcomes only")
     store, suite_id, env = _open_store(kw)
+    counts = SuiteProgress(total=len(configs))
     with term.progress() as progress:
         task = progress.add_task("torchgauge", total=len(configs), current="")
 
         def on_result(r) -> None:
             if store is not None:  # each run in its own transaction: a crash keeps the finished ones
                 store.add_run(suite_id, r)
+            counts.add(r)
             progress.advance(task)
-            progress.console.print(_line(r, result_row), highlight=False)
+            progress.console.print(counts.count_line(r), highlight=False, markup=False, soft_wrap=True)
 
         try:
             results = run_and_save(
@@ -138,6 +147,7 @@ def run_command(**kw: object) -> None:
         term.json(results.to_dict())
     else:
         term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)
+    term.info(counts.summary())
     term.info(f"results written to {output}")
     code = exit_code(results.runs)
     if code:
@@ -158,13 +168,6 @@ def _open_store(kw: dict) -> tuple:
         return store, store.begin_suite(env, source="run", torchgauge_version=__version__), env
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _line(record, result_row) -> str:
-    """One progress line per finished run."""
-    row = result_row(record)
-    median = f"{row[4]:.3f} ms" if row[4] is not None else ""
-    return f"  {record.config.model:<32} {record.config.mode:<5} {median:>14}  {row[-1]}"
 
 
 def _backend_options(kw: dict) -> dict[str, object]:
@@ -252,6 +255,7 @@ def _parse(kw: dict) -> tuple:
         memory_limit_mb=kw["memory_limit"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         isolate=not kw["in_process"],
+        jobs=kw["jobs"],
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
     return request, runner_options, output

@@ -11,7 +11,7 @@ import os
 from typing import Any, Iterable, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 __all__ = ["Terminal"]
@@ -77,6 +77,7 @@ class Terminal:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),  # from the finished steps' rate
             TextColumn("{task.fields[current]}"),
             console=self.err,
             disable=self.quiet,

@@ -193,6 +193,10 @@ class ResultsFile:
     created_at: str = field(default_factory=_now)
     torchgauge_version: str = ""
     schema_version: int = SCHEMA_VERSION
+    # Every configuration the suite was asked to run, written before the first run starts,
+    # so a file cut short (crash, Ctrl-C, CI time limit) says what is missing. Empty in
+    # files from before it existed and in files not written by a suite run (import, merge).
+    planned: list[RunConfig] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,8 +204,14 @@ class ResultsFile:
             "torchgauge_version": self.torchgauge_version,
             "created_at": self.created_at,
             "env": self.env,
+            "planned": [_planned_doc(c) for c in self.planned],
             "runs": [r.to_dict() for r in self.runs],
         }
+
+    def missing(self) -> list[RunConfig]:
+        """Planned configurations without a run record (by :meth:`RunConfig.key`), in plan order."""
+        finished = {r.config.key() for r in self.runs}
+        return [c for c in self.planned if c.key() not in finished]
 
     def to_json(self) -> str:
         return json.dumps(_json_safe(self.to_dict()), indent=1, allow_nan=False)
@@ -232,11 +242,27 @@ class ResultsFile:
             created_at=doc.get("created_at", ""),
             torchgauge_version=doc.get("torchgauge_version", ""),
             schema_version=SCHEMA_VERSION,
+            planned=[_planned_config(p) for p in doc.get("planned") or ()],
         )
 
     def select(self, *, statuses: Iterable[str] | None = None) -> list[RunRecord]:
         wanted = set(statuses) if statuses else None
         return [r for r in self.runs if wanted is None or r.status in wanted]
+
+
+# The fields of a planned configuration in the results file: a run's identity (RunConfig.key)
+# plus its size; the shared settings (repeat, metrics, ...) are in the run records.
+_PLANNED_FIELDS = ("model", "mode", "device", "precision", "backend", "batch_size", "size")
+
+
+def _planned_doc(config: RunConfig) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in _PLANNED_FIELDS}
+
+
+def _planned_config(doc: Mapping[str, Any]) -> RunConfig:
+    if not isinstance(doc, Mapping) or "model" not in doc:
+        raise SchemaError(f"planned entry {doc!r} lacks 'model'; accepted: an object with {', '.join(_PLANNED_FIELDS)}")
+    return RunConfig(**{k: doc[k] for k in _PLANNED_FIELDS if k in doc})
 
 
 def _json_safe(obj: Any) -> Any:

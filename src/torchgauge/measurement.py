@@ -150,7 +150,9 @@ def measure(
     compile_probe = getattr(workload, "compile_probe", None)
     if compile_probe is not None and warmup < 1:
         raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
+    t_warm = time.perf_counter()
     warm = timer.warm_up(warmup)
+    t_timed = time.perf_counter()
     if compile_probe is not None:
         compile_probe.mark_warm()
     timed_ms: list[float] | None = None
@@ -165,16 +167,20 @@ def measure(
             measured.update(probe.read())
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
+    t_extra = time.perf_counter()
     steps = warmup + (repeat if timed_ms is not None else 0)
     diverged = _divergence_reason(workload, steps, config.precision) if workload.mode == "train" else None
     for name in names:
         if name not in TIMED_PASS_METRICS:
             _collect_extra(name, workload, config, measured)
+    t_end = time.perf_counter()
     try:
         domain = get_spec(workload.name).domain
     except KeyError:
         domain = ""
+    phases = {"warmup": t_timed - t_warm, "timed": t_extra - t_timed, "extra": t_end - t_extra}
     return RunRecord(
+        phases_s={k: round(v, 4) for k, v in phases.items()},
         config=config,
         status="fail_accuracy" if diverged else "ok",
         domain=domain,

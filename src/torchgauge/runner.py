@@ -130,9 +130,12 @@ def execute(config: RunConfig) -> RunRecord:
     domain = ""
     try:
         domain = get_spec(config.model).domain
+        t_build = time.perf_counter()
         workload = apply_config(build_workload(config), config)
+        build_s = time.perf_counter() - t_build
         record = measure(workload, config=config)
         record.domain = domain
+        record.phases_s = {"build": round(build_s, 4), **record.phases_s}
         if config.options.get("accuracy"):
             del workload  # the check builds fresh workloads from the seed; free this one first
             _add_accuracy(record)
@@ -353,6 +356,8 @@ def run_suite(
         if not record.domain:
             record.domain = _domain_of(config.model)
         record.wall_s = round(time.perf_counter() - t0, 3)
+        if record.phases_s and options.isolate:  # the rest of the wall time: fork, imports, result, exit
+            record.phases_s["worker_start"] = round(max(0.0, record.wall_s - sum(record.phases_s.values())), 4)
         done[index] = record
         if on_result:
             on_result(record)

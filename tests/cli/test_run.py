@@ -99,3 +99,8 @@ def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
     assert sorted((p["model"], p["mode"]) for p in doc["planned"]) == [
         ("planted_eval_only", "eval"), ("planted_eval_only", "train"), ("planted_ok", "eval"), ("planted_ok", "train")]
     assert len(doc["runs"]) == 4
+    for run in doc["runs"]:  # where each run's wall time went (benchmarks/suite_wall.py sums these)
+        if run["status"] == "ok":
+            phases = run["phases_s"]
+            assert set(phases) == {"worker_start", "build", "warmup", "timed", "extra"}
+            assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= run["wall_s"] + 1e-3

@@ -117,6 +117,9 @@ class RunRecord:
     started_at: str = ""
     wall_s: float = 0.0  # wall time of the whole run (build + warm-up + timing + extras)
     env: dict[str, Any] | None = None  # per-run environment when runs come from several
+    # Where wall_s went, seconds: worker_start (fork to result, minus the run itself),
+    # build, warmup, timed, extra (metric passes after the timed steps); see docs.
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -156,6 +159,8 @@ class RunRecord:
         }
         if self.env is not None:
             doc["env"] = self.env
+        if self.phases_s:
+            doc["phases_s"] = self.phases_s
         return doc
 
     @classmethod
@@ -177,6 +182,7 @@ class RunRecord:
             started_at=doc.get("started_at", ""),
             wall_s=float(doc.get("wall_s", 0.0)),
             env=doc.get("env"),
+            phases_s=dict(doc.get("phases_s") or {}),
         )
 
 

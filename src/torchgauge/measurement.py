@@ -20,12 +20,13 @@ from .harness.memory import MemoryProbe
 from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
 from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
 from .results.schema import RunConfig, RunRecord
+from .stats.adaptive import AdaptiveRule
 from .stats.summary import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["measure", "timing_metrics", "config_for", "nonfinite_parameters"]
+__all__ = ["adaptive_rule", "measure", "timing_metrics", "config_for", "nonfinite_parameters"]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -105,6 +106,28 @@ def _divergence_reason(workload: "Workload", steps: int, precision: str) -> str 
             f"({shown}); the timings describe NaN arithmetic")
 
 
+def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
+    """The run's adaptive-repeat rule (``options["adaptive"]``: target and max_repeat; the
+    config's ``repeat`` is the minimum), or None for a fixed ``repeat``."""
+    spec = config.options.get("adaptive")
+    if not spec:
+        return None
+    return AdaptiveRule(target=float(spec["target"]), min_repeat=config.repeat, max_repeat=int(spec["max_repeat"]))
+
+
+def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]) -> TimingSamples:
+    checkpoint = rule.min_repeat
+
+    def should_check(n: int) -> bool:
+        nonlocal checkpoint
+        if n < checkpoint:
+            return False
+        checkpoint = rule.next_check(n)
+        return True
+
+    return timer.time_until(should_check, lambda ms: rule.stop_reason(ms) is not None, rule.max_repeat, warmup_ns=warm)
+
+
 def measure(
     workload: "Workload",
     repeat: int = 10,
@@ -159,10 +182,16 @@ def measure(
     if "time" in names or "memory" in names:
         probe = MemoryProbe(device.type)
         probe.start()
-        samples = timer.time(repeat, warmup_ns=warm)
+        rule = adaptive_rule(config)
+        if rule is None:
+            samples = timer.time(repeat, warmup_ns=warm)
+        else:
+            samples = _time_adaptively(timer, rule, warm)
         timed_ms = samples.wall_ms
         if "time" in names:
             measured["time_ms"] = timing_metrics(samples)
+            if rule is not None:
+                measured["time_ms"]["stopping"] = rule.record(timed_ms, rule.stop_reason(timed_ms))
         if "memory" in names:
             measured.update(probe.read())
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles

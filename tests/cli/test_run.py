@@ -104,3 +104,15 @@ def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
             phases = run["phases_s"]
             assert set(phases) == {"worker_start", "build", "warmup", "timed", "extra"}
             assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= run["wall_s"] + 1e-3
+
+
+def test_run_adaptive_repeats(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval", "--repeat", "5",
+                       "--adaptive", "0.5", "--max-repeat", "30", "--output", str(out), "--quiet")
+    assert code == 0, err
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["options"]["adaptive"] == {"target": 0.5, "max_repeat": 30}
+    assert 5 <= len(run["metrics"]["time_ms"]["samples"]) <= 30 and run["metrics"]["time_ms"]["stopping"]["target"] == 0.5
+    code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--adaptive", "2", "--output", str(out))
+    assert code == 2 and "accepted: a fraction between 0 and 1" in err

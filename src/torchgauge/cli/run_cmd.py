@@ -62,6 +62,11 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--batch-store", type=click.Path(dir_okay=False), default=None,
               help="Batch-size store read by --batch-size auto [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
+@click.option("--adaptive", type=float, default=None,
+              help="Adaptive repeats: time until the median's 95%% interval is narrower than this fraction of it "
+                   "(e.g. 0.05), with --repeat as the minimum and --max-repeat as the maximum; every sample kept.")
+@click.option("--max-repeat", type=int, default=200, show_default=True, callback=positive,
+              help="Most timed iterations with --adaptive.")
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first.")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True,
               help="'smoke' runs every model at tiny shapes (seconds on a CPU).")
@@ -208,6 +213,16 @@ def _counting_options(kw: dict) -> dict[str, object]:
     return options
 
 
+def _adaptive_options(kw: dict) -> dict[str, object]:
+    """``adaptive`` for RunConfig.options, validated by the rule itself (ValueError)."""
+    if kw.get("adaptive") is None:
+        return {}
+    from ..stats.adaptive import AdaptiveRule
+
+    rule = AdaptiveRule(target=kw["adaptive"], min_repeat=kw["repeat"], max_repeat=kw["max_repeat"])
+    return {"adaptive": {"target": rule.target, "max_repeat": rule.max_repeat}}
+
+
 def _parse(kw: dict) -> tuple:
     """Turn raw click values into (SuiteRequest, RunnerOptions, output path); one-line errors."""
     from ..configure import BACKENDS, PRECISIONS
@@ -229,6 +244,7 @@ def _parse(kw: dict) -> tuple:
             options["profile_dir"] = str(Path(kw["profile_dir"]).resolve())
             metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
         options.update(_counting_options(kw))
+        options.update(_adaptive_options(kw))
         shard = parse_shard(kw["shard"])
         models = select_models(kw["patterns"], exclude=kw["exclude"], domain=kw["domain"], tags=kw["tags"])
     except (ValueError, SelectionError) as exc:

@@ -13,6 +13,7 @@ needs to import torch (suite wall time on 100+ models would otherwise be start-u
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import multiprocessing as mp
 import os
@@ -73,6 +74,11 @@ class RunnerOptions:
     # each other: OpenMP oversubscription made parallel smoke runs several times slower).
     threads_per_worker: int | None = None
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    # "per-run": a fresh worker per configuration. "per-model": one worker runs all of a
+    # model's configurations in turn (each still built fresh, with its own timeout), saving
+    # a worker start per configuration; a crash, OOM or timeout ends that worker and the
+    # model's remaining configurations go on in a new one. See docs/performance.md (A/A).
+    isolation: str = "per-run"
 
 
 def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
@@ -175,11 +181,17 @@ def worker_threads(options: RunnerOptions) -> int | None:
     return None
 
 
-def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path: str, threads: int | None = None) -> None:
+ISOLATIONS = ("per-run", "per-model")
+
+
+def _worker_main(configs: Sequence[RunConfig], model_files: tuple[str, ...], conn, log_path: str,
+                 threads: int | None = None) -> None:
+    """Run ``configs`` in turn, sending each record as soon as it exists."""
     # Everything the model prints (and a C-level crash message) goes to the log file.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    setup_error = None
     try:
         from .registry import load_model_file
 
@@ -190,10 +202,14 @@ def _worker_main(config: RunConfig, model_files: tuple[str, ...], conn, log_path
 
         for path in model_files:
             load_model_file(path)
-        record = execute(config)
     except BaseException as exc:  # model-file import errors, KeyboardInterrupt, SystemExit
-        record = RunRecord(config, "error", error=_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
-    conn.send(record.to_dict())
+        setup_error = _tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
+    for config in configs:
+        try:
+            record = RunRecord(config, "error", error=setup_error) if setup_error else execute(config)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit
+            record = RunRecord(config, "error", error=_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
+        conn.send(record.to_dict())
     conn.close()
 
 
@@ -242,19 +258,51 @@ def _main_module_hidden() -> Iterator[None]:
 
 
 class _Worker:
-    """One worker process running one config, watched by the parent."""
+    """One worker process running one or more configs in turn, watched by the parent.
 
-    def __init__(self, mp_ctx, config: RunConfig, options: RunnerOptions, log_path: str) -> None:
-        self.config = config
+    ``items`` are (suite index, config) pairs; ``index``/``config`` name the one running now;
+    each record received moves on to the next and restarts the timeout. ``leftover`` holds
+    the items a dead worker never started.
+    """
+
+    def __init__(self, mp_ctx, items: Sequence[tuple[int, RunConfig]], options: RunnerOptions, log_path: str) -> None:
+        self.items = list(items)
+        self.configs = [config for _, config in self.items]
+        self.position = 0
         self.options = options
         self.log_path = log_path
+        self.leftover: list[tuple[int, RunConfig]] = []
         self.recv, send = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options.model_files, send, log_path, worker_threads(options)),
+        self.proc = mp_ctx.Process(target=_worker_main,
+                                   args=(self.configs, options.model_files, send, log_path, worker_threads(options)),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
         self.deadline = time.monotonic() + options.timeout_s
+
+    @property
+    def config(self) -> RunConfig:
+        return self.configs[self.position]
+
+    @property
+    def index(self) -> int:
+        return self.items[self.position][0]
+
+    @property
+    def finished(self) -> bool:
+        return self.position >= len(self.configs)
+
+    def _advance(self, record: RunRecord) -> RunRecord:
+        self.position += 1
+        self.deadline = time.monotonic() + self.options.timeout_s
+        return record
+
+    def _end(self, record: RunRecord) -> RunRecord:
+        """The worker is gone: the current config gets ``record``, the rest go back to the queue."""
+        self.leftover = self.items[self.position + 1:]
+        self.position = len(self.configs)
+        return record
 
     def _kill(self) -> None:
         if self.proc.is_alive():
@@ -270,22 +318,23 @@ class _Worker:
             try:
                 doc = self.recv.recv()
             except EOFError:  # died without a result
-                return self._died()
-            self.proc.join(EXIT_GRACE_S)
-            if self.proc.is_alive():
-                self._kill()
-            return RunRecord.from_dict(doc)
+                return self._end(self._died())
+            if self.position + 1 == len(self.configs):
+                self.proc.join(EXIT_GRACE_S)
+                if self.proc.is_alive():
+                    self._kill()
+            return self._advance(RunRecord.from_dict(doc))
         if not self.proc.is_alive() and not self.recv.poll(0):
-            return self._died()
+            return self._end(self._died())
         if opts.memory_limit_mb is not None:
             rss = pid_rss_mb(self.proc.pid) or 0.0
             if rss > opts.memory_limit_mb:
                 self._kill()
-                return RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)")
+                return self._end(RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)"))
         if time.monotonic() > self.deadline:
             self._kill()
             log = _tail(_read_log(self.log_path), 5)
-            return RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+            return self._end(RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else "")))
         return None
 
     def _died(self) -> RunRecord:
@@ -362,41 +411,67 @@ def run_suite(
         if on_result:
             on_result(record)
 
-    running: dict[int, tuple[RunConfig, _Worker, float]] = {}
+    # worker -> start time of the config it runs now
+    running: dict[_Worker, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp:
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
-            pending = iter(enumerate(configs))
-            exhausted = False
-            while not exhausted or running:
-                while not exhausted and len(running) < options.jobs:
-                    item = next(pending, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    index, config = item
-                    if on_start:
-                        on_start(config)
-                    t0 = time.perf_counter()
-                    record = _precheck(config)
-                    if record is None and not options.isolate:
-                        record = execute(config)
-                    if record is not None:
-                        finish(index, config, record, t0)
-                        continue
-                    log_path = str(log_dir / f"{index:04d}-{config.model}-{config.mode}.log")
-                    running[index] = (config, _Worker(mp_ctx, config, options, log_path), t0)
-                for index, (config, worker, t0) in list(running.items()):
+            groups = _worker_groups(configs, options.isolation)
+            while groups or running:
+                while groups and len(running) < options.jobs:
+                    group = []
+                    for index, config in groups.popleft():
+                        t0 = time.perf_counter()
+                        record = _precheck(config)
+                        if record is None and not options.isolate:
+                            if on_start:
+                                on_start(config)
+                            record = execute(config)
+                        elif record is not None and on_start:
+                            on_start(config)
+                        if record is not None:
+                            finish(index, config, record, t0)
+                        else:
+                            group.append((index, config))
+                    if group:  # on_start for the first now, for the others as each starts
+                        index, first = group[0]
+                        if on_start:
+                            on_start(first)
+                        log_path = str(log_dir / f"{index:04d}-{first.model}-{first.mode}.log")
+                        running[_Worker(mp_ctx, group, options, log_path)] = time.perf_counter()
+                for worker, t0 in list(running.items()):
+                    index, config = worker.index, worker.config
                     record = worker.poll(POLL_INTERVAL_S / len(running))
-                    if record is not None:
-                        del running[index]
-                        finish(index, config, record, t0)
+                    if record is None:
+                        continue
+                    finish(index, config, record, t0)
+                    if worker.leftover:
+                        groups.appendleft(worker.leftover)
+                    if worker.finished:
+                        del running[worker]
+                    else:
+                        running[worker] = time.perf_counter()
+                        if on_start:
+                            on_start(worker.config)
     except BaseException:
-        for _, worker, _ in running.values():
+        for worker in running:
             worker._kill()
         raise
     return [done[i] for i in sorted(done)]
+
+
+def _worker_groups(configs: Sequence[RunConfig], isolation: str) -> "collections.deque[list[tuple[int, RunConfig]]]":
+    """(index, config) lists, one per worker, in plan order: one each, or a model's together."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"invalid isolation {isolation!r}; accepted: {', '.join(ISOLATIONS)}")
+    groups: dict[object, list[tuple[int, RunConfig]]] = {}
+    for index, config in enumerate(configs):
+        # Only eager runs share a worker: a compiling backend's caches would make a later
+        # config's compile a cache hit, and its precision flags are process-wide.
+        shared = isolation == "per-model" and config.backend == "eager" and config.precision == "fp32"
+        groups.setdefault(config.model if shared else index, []).append((index, config))
+    return collections.deque(groups.values())
 
 
 def _domain_of(name: str) -> str:

@@ -98,6 +98,9 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs at once. Above 1 the runs disturb each other's timings: for smoke checks where only the "
                    "outcome matters (the CPUs are shared out between workers, as in `coverage --jobs`).")
+@click.option("--isolation", type=click.Choice(["per-run", "per-model"]), default="per-run", show_default=True,
+              help="per-model: one worker runs a model's eager fp32 configurations in turn (each built fresh) "
+                   "instead of one worker each; saves a worker start per configuration.")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -272,6 +275,7 @@ def _parse(kw: dict) -> tuple:
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         isolate=not kw["in_process"],
         jobs=kw["jobs"],
+        isolation=kw["isolation"],
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
     return request, runner_options, output

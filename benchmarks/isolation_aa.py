@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             wall, records = _suite(configs, isolation)
             overhead = statistics.median(r.wall_s - r.phases_s.get("timed", 0.0) for r in records)
             runs[isolation].append({"wall_s": wall, "overhead_median_s": overhead, "medians": _medians(records)})
-            print(f"{isolation:<9} wall {wall:6.1f} s  overhead median {overhead:.3f} s", file=sys.stderr)
+            # one JSON line per suite: an interrupted comparison keeps what it measured
+            print(json.dumps({"isolation": isolation, "wall_s": round(wall, 2), "overhead_median_s": round(overhead, 3),
+                              "load": round(os.getloadavg()[0], 2), "medians": _medians(records)}), file=sys.stderr)
     labels = sorted(set.intersection(*(set(r["medians"]) for rs in runs.values() for r in rs)))
     aa = [runs["per-run"][1]["medians"][k] / runs["per-run"][0]["medians"][k] for k in labels] if args.rounds > 1 else []
     ab = [statistics.median(r["medians"][k] for r in runs["per-model"]) /

@@ -39,7 +39,7 @@ class RCNNConfig:
     num_classes: int = 80  # foreground classes (COCO's 80; torchvision's layout has 90 ids)
     background_first: bool = False  # torchvision layout: class 0 is background and gets box deltas
     stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
-    width: int = 64  # ResNet stem / res2 width; only smoke runs of C4 and DC5 variants shrink it
+    width: int = 64  # ResNet stem / res2 width; smoke runs shrink it (_SMOKE_NARROW)
     fc_dim: int = 1024  # hidden size of the two-FC box head
     anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # one per FPN level, or all on C4/DC5
     anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -140,10 +140,10 @@ _TORCHVISION = dict(
 # benchmark's zero score threshold every image keeps the cap, and the mask head runs 4 convs
 # and a deconvolution per detection: 100 of them made a smoke eval step take seconds).
 _SMOKE = dict(rpn_pre_nms_topk=(64, 64), rpn_post_nms_topk=(8, 8), roi_batch_per_image=16, detections_per_image=10)
-# C4 and dilated-C5 variants also get a narrower ResNet and box head at smoke size (the layer
-# types are unchanged): C4 runs res5 on every proposal (~0.7 GMAC each at width 64, 10 s per
-# smoke eval step on 2 cores), and DC5 has >160M parameters (a 2048x2048 RPN conv and a
-# 100k x 1024 FC).
+# Every variant also gets a narrower ResNet and box head at smoke size (the layer types are
+# unchanged): C4 runs res5 on every proposal (~0.7 GMAC each at width 64, 10 s per smoke eval
+# step on 2 cores), DC5 has >160M parameters (a 2048x2048 RPN conv and a 100k x 1024 FC), and
+# the full-width FPN backbones made a vision_maskrcnn smoke train step 61 GFLOP (42 narrow).
 _SMOKE_NARROW = dict(width=16, fc_dim=256)
 DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
 
@@ -163,7 +163,7 @@ def _create_rcnn(
     first: family defaults, smoke sizes, kwargs, so smoke's few proposals replace a family's
     thousands (they did not: C4 smoke evals ran res5 on every one of ~420 proposals).
     """
-    smoke = {**_SMOKE, **(_SMOKE_NARROW if kwargs.get("neck") in ("c4", "dc5") else {})} if ctx.smoke else {}
+    smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
     cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
     model = GeneralizedRCNN(cfg)
     images, image_sizes, targets = synthetic_detection_batch(

@@ -6,16 +6,14 @@ import os
 import torch
 
 from . import configure, measurement, registry  # noqa: F401
-from .models import import_all
 from .registry import list_models
 
-list_models()  # the index and the entry-point plugins
-import_all()  # every built-in model family, so that no worker imports one
+list_models()  # the index and the entry-point plugins; model modules: see below
 # The first optimizer a process builds imports torch._dynamo (about 4 s on a 2-core CPU);
 # doing it here once keeps that cost out of every training worker's wall time.
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
 
-# The selected models' heavy lazy imports (runner.PRELOAD_ENV). Any failure is left for
+# The selected models' own modules and heavy lazy imports (runner.PRELOAD_ENV). Any failure is left for
 # the model's own worker to report: the forkserver must survive a broken optional package.
 for _name in filter(None, os.environ.get("TORCHGAUGE_PRELOAD", "").split(",")):
     try:

@@ -352,15 +352,22 @@ class _Worker:
 
 
 def _model_preloads(configs: Sequence[RunConfig]) -> list[str]:
-    """The heavy lazy imports (``ModelSpec.preload``) of the selected models."""
+    """The selected models' own modules and their heavy lazy imports (``ModelSpec.preload``).
+
+    Only these: importing every model family costs seconds that a run of a few models
+    should not pay (the registry lists models from its index without importing them).
+    """
     from .registry import UnknownModelError, get_spec
 
     modules: set[str] = set()
     for config in configs:
         try:
-            modules.update(get_spec(config.model).preload)
+            spec = get_spec(config.model)
         except UnknownModelError:  # reported by the pre-check
-            pass
+            continue
+        modules.update(spec.preload)
+        if spec.builder is None:  # listed from the index: a built-in module not imported yet
+            modules.add(spec.module)
     return sorted(modules)
 
 

@@ -87,3 +87,18 @@ def test_finite_training_and_eval_pass() -> None:
         next(eval_w.module.parameters()).fill_(float("nan"))
     assert torchgauge.measure(eval_w, repeat=2, warmup=1).status == "ok"  # eval never trains: not checked
     assert nonfinite_parameters(eval_w) == ["1.weight"]
+
+
+def test_adaptive_repeats_stop_within_bounds_and_record_the_rule() -> None:
+    from torchgauge.results.schema import RunConfig
+
+    workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    config = RunConfig("planted_ok", mode="eval", size="smoke", repeat=6, warmup=1, metrics=("time",),
+                       options={"adaptive": {"target": 0.9, "max_repeat": 40}})
+    timing = torchgauge.measure(workload, config=config).metrics["time_ms"]
+    stopping = timing["stopping"]
+    assert 6 <= len(timing["samples"]) <= 40 and stopping["samples"] == len(timing["samples"])
+    assert stopping["rule"] == "median_ci_relative_width" and stopping["stopped_by"] in ("interval", "max_repeat")
+    strict = config.with_(repeat=3, options={"adaptive": {"target": 1e-9, "max_repeat": 12}})
+    timing = torchgauge.measure(workload, config=strict).metrics["time_ms"]
+    assert len(timing["samples"]) == 12 and timing["stopping"]["stopped_by"] == "max_repeat"

@@ -6,7 +6,6 @@ import textwrap
 
 import pytest
 import torch
-from torch import nn
 
 import torchgauge
 from torchgauge import registry

@@ -26,9 +26,8 @@ from torchgauge.registry import ModelFileError, UnknownModelError, load_model_fi
 from torchgauge.report.escape import html_text, markdown_code, markdown_text, terminal_text
 from torchgauge.report.regression import render_markdown
 from torchgauge.report.table import error_line
-from torchgauge.results import store as store_module
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord, SchemaError, load_results
-from torchgauge.results.store import Store, StoreError, StoreLockedError
+from torchgauge.results.store import Store, StoreLockedError
 from torchgauge.runner import ERROR_LINE_CHARS, RunnerOptions, run_suite
 
 FIXTURES = Path(__file__).parent / "fixtures"

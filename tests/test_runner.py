@@ -173,7 +173,12 @@ def test_model_preloads_are_collected_from_the_selected_specs() -> None:
     load_model_file(str(Path("tests/fixtures/planted_preload.py").resolve()))
     configs = [_cfg("planted_preload_probe"), _cfg("no_such_model"), _cfg("planted_preload_probe", "eval")]
     assert _model_preloads(configs) == ["tabnanny", "torchgauge_no_such_module"]
-    assert _model_preloads([_cfg("lennard_jones")]) == []
+    from torchgauge.registry import get_spec
+
+    # a built-in model's own module, unless this process has imported it already
+    spec = get_spec("lennard_jones")
+    expected = [] if spec.builder is not None else [spec.module]
+    assert _model_preloads([_cfg("lennard_jones")]) == expected
 
 
 def test_records_carry_the_thread_settings_and_load() -> None:
@@ -184,3 +189,33 @@ def test_records_carry_the_thread_settings_and_load() -> None:
     assert {"inter_op", "affinity", "others_busy_start", "others_busy_timed", "load_avg_start", "load_avg_end",
             "oversubscribed"} <= set(threads)
     assert RunRecord.from_dict(record.to_dict()).threads == threads
+
+
+def test_per_model_isolation_shares_a_worker_and_survives_its_death() -> None:
+    configs = [_cfg("planted_ok", mode=m) for m in ("train", "eval")]
+    configs += [_cfg("planted_exits", mode=m) for m in ("train", "eval")]
+    started = []
+    opts = RunnerOptions(timeout_s=TIMEOUT_S, model_files=(PLANTED,), isolation="per-model")
+    records = run_suite(configs, opts, on_start=lambda c: started.append((c.model, c.mode)))
+    assert [(r.config.model, r.config.mode, r.status) for r in records] == [
+        ("planted_ok", "train", "ok"), ("planted_ok", "eval", "ok"),
+        # the worker died in train; eval went on in a fresh worker (and died too)
+        ("planted_exits", "train", "error"), ("planted_exits", "eval", "error")]
+    assert "exited with code 3" in records[3].error
+    assert started[:4] == [("planted_ok", "train"), ("planted_ok", "eval"), ("planted_exits", "train"), ("planted_exits", "eval")]
+    assert records[1].wall_s < records[0].wall_s + 5  # eval's clock starts when train's record arrives
+
+
+def test_per_model_groups_only_eager_fp32_runs() -> None:
+    from torchgauge.runner import _worker_groups
+
+    configs = [_cfg("a"), _cfg("b"), _cfg("a", mode="eval"), _cfg("a", mode="eval").with_(backend="inductor"),
+               _cfg("a", mode="eval").with_(precision="bf16")]
+    groups = [[i for i, _ in g] for g in _worker_groups(configs, "per-model")]
+    assert groups == [[0, 2], [1], [3], [4]]  # compile caches and precision flags are process-wide
+    assert [[i for i, _ in g] for g in _worker_groups(configs, "per-run")] == [[0], [1], [2], [3], [4]]
+
+
+def test_isolation_must_be_known() -> None:
+    with pytest.raises(ValueError, match="accepted: per-run, per-model"):
+        run_suite([_cfg("planted_ok")], RunnerOptions(isolation="per-host"))

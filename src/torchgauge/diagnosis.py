@@ -54,14 +54,13 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
     """
     from .compare.diagnose import diagnose
     from .harness.profile import profile_for_diagnosis, trace_file_path
-    from .registry import create, get_spec
+    from .registry import create, get_builder
 
-    spec = get_spec(name)
     workload = create(name, mode=mode, device=device, batch_size=batch_size, size=size, seed=seed)
     trace_path = None
     if profile_dir:
         trace_path = str(trace_file_path(profile_dir, f"{name}/{mode}/{device}/diagnose"))
-    trace, call_sites, model_files = profile_for_diagnosis(workload, steps, warmup=warmup, builder=spec.builder,
+    trace, call_sites, model_files = profile_for_diagnosis(workload, steps, warmup=warmup, builder=get_builder(name),
                                                            trace_path=trace_path)
     window = trace.window()
     return Diagnosis(

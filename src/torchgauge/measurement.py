@@ -21,12 +21,13 @@ from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
 from .harness.threads import cpu_snapshot, thread_record
 from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
 from .results.schema import RunConfig, RunRecord
+from .stats.adaptive import AdaptiveRule
 from .stats.summary import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["measure", "timing_metrics", "config_for", "nonfinite_parameters"]
+__all__ = ["adaptive_rule", "measure", "timing_metrics", "config_for", "nonfinite_parameters"]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -109,6 +110,28 @@ def _divergence_reason(workload: "Workload", steps: int, precision: str) -> str 
             f"({shown}); the timings describe NaN arithmetic")
 
 
+def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
+    """The run's adaptive-repeat rule (``options["adaptive"]``: target and max_repeat; the
+    config's ``repeat`` is the minimum), or None for a fixed ``repeat``."""
+    spec = config.options.get("adaptive")
+    if not spec:
+        return None
+    return AdaptiveRule(target=float(spec["target"]), min_repeat=config.repeat, max_repeat=int(spec["max_repeat"]))
+
+
+def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]) -> TimingSamples:
+    checkpoint = rule.min_repeat
+
+    def should_check(n: int) -> bool:
+        nonlocal checkpoint
+        if n < checkpoint:
+            return False
+        checkpoint = rule.next_check(n)
+        return True
+
+    return timer.time_until(should_check, lambda ms: rule.stop_reason(ms) is not None, rule.max_repeat, warmup_ns=warm)
+
+
 def measure(
     workload: "Workload",
     repeat: int = 10,
@@ -155,7 +178,9 @@ def measure(
     if compile_probe is not None and warmup < 1:
         raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
     at_start = cpu_snapshot()
+    t_warm = time.perf_counter()
     warm = timer.warm_up(warmup)
+    t_timed = time.perf_counter()
     at_timed = cpu_snapshot()
     if compile_probe is not None:
         compile_probe.mark_warm()
@@ -163,25 +188,35 @@ def measure(
     if "time" in names or "memory" in names:
         probe = MemoryProbe(device.type)
         probe.start()
-        samples = timer.time(repeat, warmup_ns=warm)
+        rule = adaptive_rule(config)
+        if rule is None:
+            samples = timer.time(repeat, warmup_ns=warm)
+        else:
+            samples = _time_adaptively(timer, rule, warm)
         timed_ms = samples.wall_ms
         if "time" in names:
             measured["time_ms"] = timing_metrics(samples)
+            if rule is not None:
+                measured["time_ms"]["stopping"] = rule.record(timed_ms, rule.stop_reason(timed_ms))
         if "memory" in names:
             measured.update(probe.read())
     at_end = cpu_snapshot()  # before the extra passes, whose own load is not the measurement's
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
+    t_extra = time.perf_counter()
     steps = warmup + (repeat if timed_ms is not None else 0)
     diverged = _divergence_reason(workload, steps, config.precision) if workload.mode == "train" else None
     for name in names:
         if name not in TIMED_PASS_METRICS:
             _collect_extra(name, workload, config, measured)
+    t_end = time.perf_counter()
     try:
         domain = get_spec(workload.name).domain
     except KeyError:
         domain = ""
+    phases = {"warmup": t_timed - t_warm, "timed": t_extra - t_timed, "extra": t_end - t_extra}
     return RunRecord(
+        phases_s={k: round(v, 4) for k, v in phases.items()},
         config=config,
         status="fail_accuracy" if diverged else "ok",
         domain=domain,

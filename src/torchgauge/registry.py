@@ -41,6 +41,7 @@ __all__ = [
     "list_models",
     "get_spec",
     "resolve_name",
+    "get_builder",
     "create",
     "load_model_file",
     "load_plugins",
@@ -74,7 +75,9 @@ class ModelSpec:
     """Registry record of one model: its builder plus metadata as data."""
 
     name: str
-    builder: Callable[..., "Workload"]
+    # None for a model listed from the generated index whose module is not imported yet;
+    # get_builder() imports it (see torchgauge.model_index).
+    builder: Callable[..., "Workload"] | None
     domain: str  # one of DOMAINS
     task: str  # e.g. "classification", "language_modeling"
     source: str  # paper or reference implementation the architecture follows
@@ -203,8 +206,9 @@ def register_model(
 
 def add_spec(spec: ModelSpec) -> ModelSpec:
     """Register a ready :class:`ModelSpec` (``register_model`` and the zoo adapters); duplicates raise."""
-    if spec.name in _specs:
-        raise ValueError(f"model {spec.name!r} is already registered by {_specs[spec.name].module}; names must be unique")
+    indexed = _specs.get(spec.name)  # an entry of the generated index is replaced by its real spec
+    if indexed is not None and not (indexed.builder is None and indexed.module == spec.module):
+        raise ValueError(f"model {spec.name!r} is already registered by {indexed.module}; names must be unique")
     _specs[spec.name] = spec
     _module_to_names.setdefault(spec.module, set()).add(spec.name)
     return spec
@@ -216,10 +220,25 @@ def _natural_key(name: str) -> list[Any]:
 
 
 def _ensure_builtins() -> None:
+    """List the built-in models from the generated index (no model import) and load plugins."""
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
-        importlib.import_module("torchgauge.models")
+        from .model_index import read_index
+
+        for entry in read_index():
+            if entry["name"] in _specs:  # its module was imported first: the real spec stands
+                continue
+            _specs[entry["name"]] = ModelSpec(
+                builder=None,
+                **{k: v for k, v in entry.items() if k not in ("modes", "devices", "tags", "unsupported_precisions", "preload")},
+                modes=tuple(entry["modes"]),
+                devices=tuple(entry["devices"]),
+                tags=frozenset(entry["tags"]),
+                unsupported_precisions=tuple(entry["unsupported_precisions"]),
+                preload=tuple(entry["preload"]),
+            )
+            _module_to_names.setdefault(entry["module"], set()).add(entry["name"])
         load_plugins()
 
 
@@ -307,6 +326,23 @@ def get_spec(name: str) -> ModelSpec:
     return _specs[resolve_name(name)]
 
 
+def get_builder(name: str) -> Callable[..., "Workload"]:
+    """The builder of ``name``, importing its module if the model was listed from the index.
+
+    Raises:
+        UnknownModelError: ``name`` is not registered.
+        RuntimeError: the index names a module that no longer registers ``name``.
+    """
+    spec = get_spec(name)
+    if spec.builder is None:
+        importlib.import_module(spec.module)
+        spec = _specs[name]
+        if spec.builder is None:
+            raise RuntimeError(f"the model index says {spec.module} registers {name!r} but it does not; "
+                               "regenerate it with `python -m torchgauge.model_index`")
+    return spec.builder
+
+
 def create(
     name: str,
     mode: str = "train",
@@ -372,7 +408,7 @@ def create(
         batch_size_given=batch_size is not None,
     )
     seed_everything(seed)
-    workload = ctx.finish(spec.builder(ctx, **model_kwargs))
+    workload = ctx.finish(get_builder(name)(ctx, **model_kwargs))
     return workload
 
 

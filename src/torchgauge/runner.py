@@ -21,6 +21,7 @@ when its last writer is gone. docs/reliability.md lists what is tested.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import multiprocessing as mp
@@ -99,6 +100,11 @@ class RunnerOptions:
     worker_env: tuple[tuple[str, str], ...] = ()
     pin_threads: bool = False  # restrict each worker to as many CPUs as it has threads
     start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    # "per-run": a fresh worker per configuration. "per-model": one worker runs all of a
+    # model's configurations in turn (each still built fresh, with its own timeout), saving
+    # a worker start per configuration; a crash, OOM or timeout ends that worker and the
+    # model's remaining configurations go on in a new one. See docs/performance.md (A/A).
+    isolation: str = "per-run"
 
 
 def _clip_line(line: str, limit: int = ERROR_LINE_CHARS) -> str:
@@ -167,9 +173,12 @@ def execute(config: RunConfig) -> RunRecord:
     domain = ""
     try:
         domain = get_spec(config.model).domain
+        t_build = time.perf_counter()
         workload = apply_config(build_workload(config), config)
+        build_s = time.perf_counter() - t_build
         record = measure(workload, config=config)
         record.domain = domain
+        record.phases_s = {"build": round(build_s, 4), **record.phases_s}
         if config.options.get("accuracy"):
             del workload  # the check builds fresh workloads from the seed; free this one first
             _add_accuracy(record)
@@ -325,8 +334,12 @@ def _threads_in_this_process(options: RunnerOptions) -> Iterator[None]:
             os.sched_setaffinity(0, saved_affinity)
 
 
-def _worker_main(config: RunConfig, options: RunnerOptions, conn, log_path: str, parent_alive=None,
+ISOLATIONS = ("per-run", "per-model")
+
+
+def _worker_main(configs: Sequence[RunConfig], options: RunnerOptions, conn, log_path: str, parent_alive=None,
                  scratch_log: bool = False) -> None:
+    """Run ``configs`` in turn, sending each record as soon as it exists."""
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
     with contextlib.suppress(PermissionError):  # already a group leader (never, when forked)
@@ -338,6 +351,7 @@ def _worker_main(config: RunConfig, options: RunnerOptions, conn, log_path: str,
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    setup_error = None
     try:
         os.environ.update(dict(options.worker_env))
         if options.cpu_affinity:  # cores an executor claimed for this run
@@ -347,10 +361,14 @@ def _worker_main(config: RunConfig, options: RunnerOptions, conn, log_path: str,
         _apply_threads(options)
         for path in options.model_files:
             load_model_file(path)
-        record = execute(config)
     except BaseException as exc:  # model-file import errors, KeyboardInterrupt, SystemExit
-        record = RunRecord(config, "error", error=_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
-    conn.send(record.to_dict())
+        setup_error = _tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
+    for config in configs:
+        try:
+            record = RunRecord(config, "error", error=setup_error) if setup_error else execute(config)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit
+            record = RunRecord(config, "error", error=_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
+        conn.send(record.to_dict())
     conn.close()
 
 
@@ -413,22 +431,54 @@ def _main_module_hidden() -> Iterator[None]:
 
 
 class _Worker:
-    """One worker process running one config, watched by the parent."""
+    """One worker process running one or more configs in turn, watched by the parent.
 
-    def __init__(self, mp_ctx, config: RunConfig, options: RunnerOptions, log_path: str, *, scratch_log: bool) -> None:
-        self.config = config
+    ``items`` are (suite index, config) pairs; ``index``/``config`` name the one running now;
+    each record received moves on to the next and restarts the timeout. ``leftover`` holds
+    the items a dead worker never started.
+    """
+
+    def __init__(self, mp_ctx, items: Sequence[tuple[int, RunConfig]], options: RunnerOptions, log_path: str, *,
+                 scratch_log: bool) -> None:
+        self.items = list(items)
+        self.configs = [config for _, config in self.items]
+        self.position = 0
         self.options = options
         self.log_path = log_path
+        self.leftover: list[tuple[int, RunConfig]] = []
         self.recv, send = mp_ctx.Pipe(duplex=False)
         # the parent holds the only writer of this one: EOF in the worker means we died
         alive_r, self.alive_w = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(config, options, send, log_path, alive_r, scratch_log),
+        self.proc = mp_ctx.Process(target=_worker_main, args=(self.configs, options, send, log_path, alive_r, scratch_log),
                                    daemon=True)
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
         alive_r.close()
         self.deadline = time.monotonic() + options.timeout_s
+
+    @property
+    def config(self) -> RunConfig:
+        return self.configs[self.position]
+
+    @property
+    def index(self) -> int:
+        return self.items[self.position][0]
+
+    @property
+    def finished(self) -> bool:
+        return self.position >= len(self.configs)
+
+    def _advance(self, record: RunRecord) -> RunRecord:
+        self.position += 1
+        self.deadline = time.monotonic() + self.options.timeout_s
+        return record
+
+    def _end(self, record: RunRecord) -> RunRecord:
+        """The worker is gone: the current config gets ``record``, the rest go back to the queue."""
+        self.leftover = self.items[self.position + 1:]
+        self.position = len(self.configs)
+        return record
 
     def _kill(self) -> None:
         """Kill the worker and everything in its process group, then reap it."""
@@ -448,24 +498,26 @@ class _Worker:
             try:
                 doc = self.recv.recv()
             except EOFError:  # died without a result
-                return self._died()
-            self.proc.join(EXIT_GRACE_S)
-            self._kill()  # also whatever the model left running in its group
+                return self._end(self._died())
+            if self.position + 1 == len(self.configs):  # the worker's last config: it exits now
+                self.proc.join(EXIT_GRACE_S)
+                self._kill()  # also whatever the model left running in its group
             try:
-                return RunRecord.from_dict(doc)
+                record = RunRecord.from_dict(doc)
             except (SchemaError, TypeError, ValueError) as exc:  # a model that broke its own record
-                return RunRecord(cfg, "error", error=_tail(f"the worker sent an invalid result: {exc}"))
+                record = RunRecord(cfg, "error", error=_tail(f"the worker sent an invalid result: {exc}"))
+            return self._advance(record)
         if not self.proc.is_alive() and not self.recv.poll(0):
-            return self._died()
+            return self._end(self._died())
         if opts.memory_limit_mb is not None:
             rss = pid_rss_mb(self.proc.pid) or 0.0
             if rss > opts.memory_limit_mb:
                 self._kill()
-                return RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)")
+                return self._end(RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)"))
         if time.monotonic() > self.deadline:
             self._kill()
             log = _tail(_read_log(self.log_path), 5)
-            return RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+            return self._end(RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else "")))
         return None
 
     def _died(self) -> RunRecord:
@@ -484,15 +536,22 @@ class _Worker:
 
 
 def _model_preloads(configs: Sequence[RunConfig]) -> list[str]:
-    """The heavy lazy imports (``ModelSpec.preload``) of the selected models."""
+    """The selected models' own modules and their heavy lazy imports (``ModelSpec.preload``).
+
+    Only these: importing every model family costs seconds that a run of a few models
+    should not pay (the registry lists models from its index without importing them).
+    """
     from .registry import UnknownModelError, get_spec
 
     modules: set[str] = set()
     for config in configs:
         try:
-            modules.update(get_spec(config.model).preload)
+            spec = get_spec(config.model)
         except UnknownModelError:  # reported by the pre-check
-            pass
+            continue
+        modules.update(spec.preload)
+        if spec.builder is None:  # listed from the index: a built-in module not imported yet
+            modules.add(spec.module)
     return sorted(modules)
 
 
@@ -541,46 +600,59 @@ def run_suite(
         if not record.domain:
             record.domain = _domain_of(config.model)
         record.wall_s = round(time.perf_counter() - t0, 3)
+        if record.phases_s and options.isolate:  # the rest of the wall time: fork, imports, result, exit
+            record.phases_s["worker_start"] = round(max(0.0, record.wall_s - sum(record.phases_s.values())), 4)
         done[index] = record
         if on_result:
             _report(on_result, record, f"the finished run {config.label()}")
 
-    running: dict[int, tuple[RunConfig, _Worker, float]] = {}
+    # worker -> start time of the config it runs now
+    running: dict[_Worker, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp, \
                 (contextlib.nullcontext() if options.isolate else _threads_in_this_process(options)):
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
-            pending = iter(enumerate(configs))
-            exhausted = False
-            while not exhausted or running:
-                while not exhausted and len(running) < options.jobs:
-                    item = next(pending, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    index, config = item
-                    if on_start:
-                        _report(on_start, config, f"the start of {config.label()}")
-                    t0 = time.perf_counter()
-                    record = _precheck(config)
-                    if record is None and not options.isolate:
-                        record = execute(config)
-                    if record is not None:
-                        finish(index, config, record, t0)
-                        continue
-                    log_path = str(log_dir / f"{index:04d}-{_file_safe(config.model)}-{config.mode}.log")
-                    worker = _Worker(mp_ctx, config, options, log_path, scratch_log=options.log_dir is None)
-                    running[index] = (config, worker, t0)
-                for index, (config, worker, t0) in list(running.items()):
+            groups = _worker_groups(configs, options.isolation)
+            while groups or running:
+                while groups and len(running) < options.jobs:
+                    group = []
+                    for index, config in groups.popleft():
+                        t0 = time.perf_counter()
+                        record = _precheck(config)
+                        if record is not None or not options.isolate:
+                            if on_start:
+                                _report(on_start, config, f"the start of {config.label()}")
+                            if record is None:
+                                record = execute(config)
+                            finish(index, config, record, t0)
+                        else:
+                            group.append((index, config))
+                    if group:  # on_start for the first now, for the others as each starts
+                        index, first = group[0]
+                        if on_start:
+                            _report(on_start, first, f"the start of {first.label()}")
+                        log_path = str(log_dir / f"{index:04d}-{_file_safe(first.model)}-{first.mode}.log")
+                        worker = _Worker(mp_ctx, group, options, log_path, scratch_log=options.log_dir is None)
+                        running[worker] = time.perf_counter()
+                for worker, t0 in list(running.items()):
+                    index, config = worker.index, worker.config
                     record = worker.poll(POLL_INTERVAL_S / len(running))
-                    if record is not None:
-                        del running[index]
-                        if options.log_dir is None:  # read: only running workers' logs stay in scratch
-                            Path(worker.log_path).unlink(missing_ok=True)
-                        finish(index, config, record, t0)
+                    if record is None:
+                        continue
+                    if worker.finished and options.log_dir is None:  # read: only running workers' logs stay
+                        Path(worker.log_path).unlink(missing_ok=True)
+                    finish(index, config, record, t0)
+                    if worker.leftover:
+                        groups.appendleft(worker.leftover)
+                    if worker.finished:
+                        del running[worker]
+                    else:
+                        running[worker] = time.perf_counter()
+                        if on_start:
+                            _report(on_start, worker.config, f"the start of {worker.config.label()}")
     except BaseException:
-        for _, worker, _ in running.values():
+        for worker in running:
             worker._kill()
         raise
     return [done[i] for i in sorted(done)]
@@ -598,6 +670,19 @@ def _report(callback: Callable, arg: object, what: str) -> None:
 def _file_safe(name: str) -> str:
     # a model file may register any __name__; a log file name must stay in the log folder
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:100].lstrip(".") or "model"
+
+
+def _worker_groups(configs: Sequence[RunConfig], isolation: str) -> "collections.deque[list[tuple[int, RunConfig]]]":
+    """(index, config) lists, one per worker, in plan order: one each, or a model's together."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"invalid isolation {isolation!r}; accepted: {', '.join(ISOLATIONS)}")
+    groups: dict[object, list[tuple[int, RunConfig]]] = {}
+    for index, config in enumerate(configs):
+        # Only eager runs share a worker: a compiling backend's caches would make a later
+        # config's compile a cache hit, and its precision flags are process-wide.
+        shared = isolation == "per-model" and config.backend == "eager" and config.precision == "fp32"
+        groups.setdefault(config.model if shared else index, []).append((index, config))
+    return collections.deque(groups.values())
 
 
 def _domain_of(name: str) -> str:

@@ -168,9 +168,10 @@ def run_and_save(
     from . import __version__
     from .executors import LocalExecutor
 
+    configs = list(configs)
     executor = executor if executor is not None else LocalExecutor()
     results = ResultsFile(env=env if env is not None else executor.environment(), torchgauge_version=__version__,
-                          complete=False)
+                          complete=False, planned=configs)
 
     def save(record: RunRecord) -> None:
         results.runs.append(record)
@@ -180,7 +181,7 @@ def run_and_save(
             if on_result:
                 on_result(record)
 
-    results.write(output)  # an empty file with the environment, before anything runs
+    results.write(output)  # the environment and the plan, before anything runs
     executor.run(configs, runner_options, on_result=save, on_start=on_start)
     results.complete = True
     results.write(output)

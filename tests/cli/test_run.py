@@ -94,3 +94,34 @@ def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli,
     doc = json.loads(out.read_text())
     assert [r["model"] for r in doc["runs"]] == ["planted_ok", "planted_raises"] * 3  # round-major
     assert all(r["threads"]["intra_op"] == 1 for r in doc["runs"] if r["status"] == "ok")
+
+
+def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = cli("run", "planted_ok", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke",
+                       "--repeat", "2", "--warmup", "1", "--jobs", "2", "--output", str(out))
+    assert code == 0, err
+    assert "--jobs 2: runs overlap" in err and "timings are not" in err
+    assert "[1/4]" in err and "[4/4]" in err and "eta" in err  # count lines, piped output included
+    assert "4 of 4 runs in" in err and "3 ok, 1 unsupported" in err
+    doc = json.loads(out.read_text())
+    assert sorted((p["model"], p["mode"]) for p in doc["planned"]) == [
+        ("planted_eval_only", "eval"), ("planted_eval_only", "train"), ("planted_ok", "eval"), ("planted_ok", "train")]
+    assert len(doc["runs"]) == 4
+    for run in doc["runs"]:  # where each run's wall time went (benchmarks/suite_wall.py sums these)
+        if run["status"] == "ok":
+            phases = run["phases_s"]
+            assert set(phases) == {"worker_start", "build", "warmup", "timed", "extra"}
+            assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= run["wall_s"] + 1e-3
+
+
+def test_run_adaptive_repeats(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval", "--repeat", "5",
+                       "--adaptive", "0.5", "--max-repeat", "30", "--output", str(out), "--quiet")
+    assert code == 0, err
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["options"]["adaptive"] == {"target": 0.5, "max_repeat": 30}
+    assert 5 <= len(run["metrics"]["time_ms"]["samples"]) <= 30 and run["metrics"]["time_ms"]["stopping"]["target"] == 0.5
+    code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--adaptive", "2", "--output", str(out))
+    assert code == 2 and "accepted: a fraction between 0 and 1" in err

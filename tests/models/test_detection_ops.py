@@ -103,6 +103,48 @@ def test_nms_matches_greedy_reference(num):
     assert nms(boxes, scores, 0.5, max_output=7).tolist() == kept[:7].tolist()
 
 
+def _fixed_point_nms(boxes, scores, threshold, block=512):
+    """The previous implementation (until issue 20), kept as the equality reference: blocks
+    checked against earlier survivors, then a fixed-point iteration inside each block."""
+    from torchgauge.models.vision.detection.boxes import _overlaps_above
+
+    order = scores.argsort(descending=True)
+    boxes = boxes[order]
+    keep = torch.zeros(len(boxes), dtype=torch.bool)
+    survivors = boxes[:0]
+    for start in range(0, len(boxes), block):
+        chunk = boxes[start:start + block]
+        alive = ~_overlaps_above(survivors, chunk, threshold).any(dim=0)
+        suppresses = _overlaps_above(chunk, chunk, threshold).triu_(diagonal=1)
+        chunk_keep = alive
+        while True:
+            new_keep = alive & ~(suppresses & chunk_keep[:, None]).any(dim=0)
+            if torch.equal(new_keep, chunk_keep):
+                break
+            chunk_keep = new_keep
+        keep[start:start + block] = chunk_keep
+        survivors = torch.cat((survivors, chunk[chunk_keep]))
+    return order[keep]
+
+
+@pytest.mark.parametrize("layout", ["uniform", "clustered", "chain"])
+@pytest.mark.parametrize("num", [7, 420, 513, 1500])
+def test_nms_equals_the_fixed_point_loop_on_random_boxes(layout, num):
+    gen = torch.Generator().manual_seed(num)
+    if layout == "uniform":
+        xy = torch.rand(num, 2, generator=gen) * 200
+    elif layout == "clustered":  # untrained detector: piles of near-duplicates
+        xy = torch.randint(0, 5, (num, 2), generator=gen) * 50 + torch.rand(num, 2, generator=gen) * 6
+    else:  # boxes shifted along a line: long suppression chains
+        xy = torch.stack((torch.arange(num) * 2.0, torch.zeros(num)), 1) + torch.rand(num, 2, generator=gen)
+    boxes = torch.cat((xy, xy + torch.rand(num, 2, generator=gen) * 30 + 8), dim=1)
+    scores = torch.rand(num, generator=gen)
+    for threshold in (0.3, 0.5, 0.7):
+        reference = _fixed_point_nms(boxes, scores, threshold)
+        assert nms(boxes, scores, threshold).tolist() == reference.tolist()
+        assert nms(boxes, scores, threshold, max_output=100).tolist() == reference[:100].tolist()
+
+
 def test_nms_empty():
     assert nms(torch.zeros(0, 4), torch.zeros(0), 0.5).numel() == 0
 
@@ -273,3 +315,17 @@ def test_paste_masks_fills_box_region_only():
     assert (inside > 0.49).all()
     assert pasted[0, 0, 6:, :].abs().max() == 0 and pasted[0, 0, :, 8:].abs().max() == 0
     assert paste_masks(torch.zeros(0, 4, 4), torch.zeros(0, 4), (8, 10)).shape == (0, 1, 8, 10)
+
+
+# -- R-CNN configs ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["detectron2_fasterrcnn_r_50_c4", "vision_maskrcnn"])
+def test_smoke_proposal_counts_override_the_family_defaults(name):
+    from torchgauge.registry import create
+
+    # C4's (2000, 1000) and torchvision's post-NMS counts used to win over smoke's 8, so a
+    # smoke eval ran res5 (C4) or the box head on hundreds of proposals.
+    workload = create(name, mode="eval", size="smoke")
+    assert workload.module.cfg.rpn_post_nms_topk == (8, 8)
+    assert workload.module.cfg.rpn_pre_nms_topk == (64, 64)
+    explicit = create(name, mode="eval", size="smoke", rpn_post_nms_topk=(4, 4))
+    assert explicit.module.cfg.rpn_post_nms_topk == (4, 4)

@@ -176,8 +176,13 @@ def test_models_register_without_transformers() -> None:
     # A fresh interpreter where `import transformers` fails: registration must not need it.
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "from torchgauge.registry import list_models\n"
-        "print(' '.join(list_models(tags='hf')))\n"
+        "from torchgauge.models import IMPORT_ERRORS, import_all\n"
+        "from torchgauge.registry import get_spec, list_models\n"
+        "import_all()  # the model files themselves, not only the index\n"
+        "assert not IMPORT_ERRORS, IMPORT_ERRORS\n"
+        "names = list_models(tags='hf')\n"
+        "assert all(get_spec(n).builder is not None for n in names)\n"
+        "print(' '.join(names))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

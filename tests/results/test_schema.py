@@ -85,3 +85,20 @@ def test_config_key_and_label() -> None:
     assert cfg.key() == ("m", "eval", "cuda", "fp32", "eager", 8)
     assert cfg.label() == "m/eval/cuda/fp32/eager"
     assert cfg.with_(mode="train").mode == "train"
+
+
+def test_planned_configurations_say_what_is_missing(tmp_path) -> None:
+    planned = [RunConfig("a", mode="train"), RunConfig("a", mode="eval"), RunConfig("b", mode="eval", batch_size=4)]
+    results = ResultsFile(env={}, planned=planned, runs=[RunRecord(planned[0], "ok")])
+    path = tmp_path / "r.json"
+    results.write(path)
+    doc = json.loads(path.read_text())
+    assert doc["planned"][2] == {"model": "b", "mode": "eval", "device": "cpu", "precision": "fp32",
+                                 "backend": "eager", "batch_size": 4, "size": "full"}
+    loaded = load_results(path)
+    assert [c.label() for c in loaded.missing()] == ["a/eval/cpu/fp32/eager", "b/eval/cpu/fp32/eager"]
+    assert loaded.missing()[1].batch_size == 4
+    doc.pop("planned")  # files from before the field: nothing planned, nothing missing
+    assert ResultsFile.from_dict(doc).missing() == []
+    with pytest.raises(SchemaError, match="lacks 'model'"):
+        ResultsFile.from_dict({**doc, "planned": [{"mode": "eval"}]})

@@ -24,10 +24,6 @@ def list_command(*, patterns: tuple[str, ...], domain: tuple[str, ...], tags: tu
     for path in model_files:
         load_model_file(path)
     names = list_models(list(patterns) or None, domain=list(domain) or None, tags=list(tags) or None)
-    from ..models import IMPORT_ERRORS
-
-    for pkg, tb in IMPORT_ERRORS.items():
-        term.warning(f"models.{pkg} failed to import; its models are missing: {tb.strip().splitlines()[-1]}")
     specs = [get_spec(n) for n in names]
     if as_json:
         term.json([s.as_dict() for s in specs])

@@ -67,6 +67,11 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--batch-store", type=click.Path(dir_okay=False), default=None,
               help="Batch-size store read by --batch-size auto [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
+@click.option("--adaptive", type=float, default=None,
+              help="Adaptive repeats: time until the median's 95%% interval is narrower than this fraction of it "
+                   "(e.g. 0.05), with --repeat as the minimum and --max-repeat as the maximum; every sample kept.")
+@click.option("--max-repeat", type=int, default=200, show_default=True, callback=positive,
+              help="Most timed iterations with --adaptive.")
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first.")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True,
               help="'smoke' runs every model at tiny shapes (seconds on a CPU).")
@@ -110,6 +115,12 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable).")
 @click.option("--shard", default=None, help="Run shard i of n of the selected models, e.g. 2/4 (CI sharding).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs at once. Above 1 the runs disturb each other's timings: for smoke checks where only the "
+                   "outcome matters (the CPUs are shared out between workers, as in `coverage --jobs`).")
+@click.option("--isolation", type=click.Choice(["per-run", "per-model"]), default="per-run", show_default=True,
+              help="per-model: one worker runs a model's eager fp32 configurations in turn (each built fresh) "
+                   "instead of one worker each; saves a worker start per configuration.")
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -128,8 +139,9 @@ def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
     from ..executors.ray_cluster import ClusterError
     from ..report.escape import terminal_text
-    from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_row, result_rows
+    from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_rows
     from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
+    from ..report.progress import SuiteProgress
     from . import interrupt_exit_code
     from .terminal import Terminal
 
@@ -146,6 +158,9 @@ def run_command(**kw: object) -> None:
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
+    if runner_options.jobs > 1:
+        term.warning(f"--jobs {runner_options.jobs}: runs overlap and share the CPUs, so their timings are not "
+                     "comparable with each other or with a --jobs 1 run; use it for smoke checks of outcomes only")
     executor = _executor(kw, term)
     try:
         env = executor.environment()
@@ -155,6 +170,7 @@ def run_command(**kw: object) -> None:
     store, suite_id = _open_store(kw, env)
     finished: list = []
     not_stored: list[str] = []
+    counts = SuiteProgress(total=len(configs))
 
     def store_run(r) -> str:
         """Store one run; a failure (a lock held too long, a damaged file) is a warning."""
@@ -173,8 +189,10 @@ def run_command(**kw: object) -> None:
             def on_result(r) -> None:
                 finished.append(r)
                 mark = store_run(r) if store is not None else ""
+                counts.add(r)
                 progress.advance(task)
-                progress.console.print(terminal_text(_line(r, result_row)) + mark, highlight=False, markup=False, soft_wrap=True)
+                progress.console.print(terminal_text(counts.count_line(r)) + mark, highlight=False, markup=False,
+                                       soft_wrap=True)
 
             results = run_and_save(
                 configs,
@@ -207,6 +225,7 @@ def run_command(**kw: object) -> None:
         term.json(results.to_dict())
     else:
         term.table(RESULT_COLUMNS, result_rows(results.runs), justify=RESULT_JUSTIFY)
+    term.info(counts.summary())
     term.info(f"results written to {output}")
     if kw["csv_path"]:
         from ..compare.dynamo_perf import suite_performance_rows
@@ -292,13 +311,6 @@ def _open_store(kw: dict, env: dict) -> tuple:
         raise click.ClickException(str(exc)) from None
 
 
-def _line(record, result_row) -> str:
-    """One progress line per finished run."""
-    row = result_row(record)
-    median = f"{row[4]:.3f} ms" if row[4] is not None else ""
-    return f"  {record.config.model:<32} {record.config.mode:<5} {median:>14}  {row[-1]}"
-
-
 def _backend_options(kw: dict) -> dict[str, object]:
     """The precision/backend keys of RunConfig.options, validated against the backend registry."""
     from ..backends import COMPILE_MODES, get_backend
@@ -341,6 +353,16 @@ def _counting_options(kw: dict) -> dict[str, object]:
     return options
 
 
+def _adaptive_options(kw: dict) -> dict[str, object]:
+    """``adaptive`` for RunConfig.options, validated by the rule itself (ValueError)."""
+    if kw.get("adaptive") is None:
+        return {}
+    from ..stats.adaptive import AdaptiveRule
+
+    rule = AdaptiveRule(target=kw["adaptive"], min_repeat=kw["repeat"], max_repeat=kw["max_repeat"])
+    return {"adaptive": {"target": rule.target, "max_repeat": rule.max_repeat}}
+
+
 def _parse(kw: dict) -> tuple:
     """Turn raw click values into (SuiteRequest, RunnerOptions, output path); one-line errors."""
     from ..configure import BACKENDS, PRECISIONS
@@ -363,6 +385,7 @@ def _parse(kw: dict) -> tuple:
             options["profile_dir"] = str(Path(kw["profile_dir"]).resolve())
             metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
         options.update(_counting_options(kw))
+        options.update(_adaptive_options(kw))
         shard = parse_shard(kw["shard"])
         threads = parse_threads(kw["threads"])
         models = select_models(kw["patterns"], exclude=kw["exclude"], domain=kw["domain"], tags=kw["tags"])
@@ -393,6 +416,8 @@ def _parse(kw: dict) -> tuple:
         log_dir=str(Path(kw["keep_logs"]).resolve()) if kw["keep_logs"] else None,
         threads_per_worker=0 if threads is None else threads,
         pin_threads=bool(kw["pin_threads"]),
+        jobs=kw["jobs"],
+        isolation=kw["isolation"],
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
     return request, runner_options, output

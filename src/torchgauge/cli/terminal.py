@@ -18,7 +18,7 @@ import os
 from typing import Any, Iterable, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -87,6 +87,7 @@ class Terminal:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),  # from the finished steps' rate
             TextColumn("{task.fields[current]}", markup=False),  # model names are not markup
             console=self.err,
             disable=self.quiet,

@@ -114,6 +114,20 @@ class StepTimer:
         warm = self.warm_up(warmup)
         return self.time(repeat, warmup_ns=warm)
 
+    def time_until(self, should_check: Callable[[int], bool], stop: Callable[[list[float]], bool], max_repeat: int,
+                   warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
+        """Time iterations until ``stop(samples_ms)`` says so or ``max_repeat`` is reached.
+
+        ``stop`` is asked only when ``should_check(n)`` holds, between steps (never inside a
+        sample). CUDA event times are not collected here: adaptive timing is a host-clock loop.
+        """
+        wall: list[int] = []
+        while len(wall) < max_repeat:
+            wall.append(self._timed_call())
+            if should_check(len(wall)) and stop([ns / 1e6 for ns in wall]):
+                break
+        return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns)
+
     def time(self, repeat: int, warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
         """Time ``repeat`` iterations (no warm-up)."""
         if self._events is None:

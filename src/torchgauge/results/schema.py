@@ -190,6 +190,9 @@ class RunRecord:
     env: dict[str, Any] | None = None  # per-run environment when runs come from several
     # Thread settings in effect and the CPUs other processes kept busy (harness.threads.thread_record)
     threads: dict[str, Any] | None = None
+    # Where wall_s went, seconds: worker_start (fork to result, minus the run itself),
+    # build, warmup, timed, extra (metric passes after the timed steps); see docs.
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -231,6 +234,8 @@ class RunRecord:
             doc["env"] = self.env
         if self.threads is not None:
             doc["threads"] = self.threads
+        if self.phases_s:
+            doc["phases_s"] = self.phases_s
         return doc
 
     @classmethod
@@ -254,6 +259,7 @@ class RunRecord:
             wall_s=float(doc.get("wall_s") or 0.0),
             env=doc.get("env"),
             threads=doc.get("threads"),
+            phases_s=dict(doc.get("phases_s") or {}),
         )
 
 
@@ -271,6 +277,10 @@ class ResultsFile:
     torchgauge_version: str = ""
     schema_version: int = SCHEMA_VERSION
     complete: bool = True  # False while the run is going on, and for good if it was interrupted
+    # Every configuration the suite was asked to run, written before the first run starts,
+    # so a file cut short (crash, Ctrl-C, CI time limit) says what is missing. Empty in
+    # files from before it existed and in files not written by a suite run (import, merge).
+    planned: list[RunConfig] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -279,8 +289,14 @@ class ResultsFile:
             "created_at": self.created_at,
             "complete": self.complete,
             "env": self.env,
+            "planned": [_planned_doc(c) for c in self.planned],
             "runs": [r.to_dict() for r in self.runs],
         }
+
+    def missing(self) -> list[RunConfig]:
+        """Planned configurations without a run record (by :meth:`RunConfig.key`), in plan order."""
+        finished = {r.config.key() for r in self.runs}
+        return [c for c in self.planned if c.key() not in finished]
 
     def to_json(self) -> str:
         # default=str: a value json cannot encode (a numpy scalar a harness let through) must
@@ -329,6 +345,7 @@ class ResultsFile:
             torchgauge_version=doc.get("torchgauge_version") or "",
             schema_version=SCHEMA_VERSION,
             complete=doc.get("complete", True),
+            planned=[_planned_config(p) for p in doc.get("planned") or ()],
         )
 
     def select(self, *, statuses: Iterable[str] | None = None) -> list[RunRecord]:
@@ -341,6 +358,19 @@ class ResultsWriteError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+# The fields of a planned configuration in the results file: a run's identity (RunConfig.key)
+# plus its size; the shared settings (repeat, metrics, ...) are in the run records.
+_PLANNED_FIELDS = ("model", "mode", "device", "precision", "backend", "batch_size", "size")
+
+
+def _planned_doc(config: RunConfig) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in _PLANNED_FIELDS}
+
+
+def _planned_config(doc: Mapping[str, Any]) -> RunConfig:
+    if not isinstance(doc, Mapping) or "model" not in doc:
+        raise SchemaError(f"planned entry {doc!r} lacks 'model'; accepted: an object with {', '.join(_PLANNED_FIELDS)}")
+    return RunConfig(**{k: doc[k] for k in _PLANNED_FIELDS if k in doc})
 
 
 def _json_safe(obj: Any) -> Any:

@@ -9,6 +9,7 @@ absolute ``(x1, y1, x2, y2)`` pixel coordinates.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Sequence
 
@@ -123,17 +124,31 @@ def _overlaps_above(boxes1: Tensor, boxes2: Tensor, iou_threshold: float) -> Ten
     return inter > union.mul_(iou_threshold)
 
 
+def _bit_rows(matrix: Tensor) -> list[int]:
+    """Each row of a boolean ``(N, M)`` matrix as a Python int whose bit j is ``matrix[i, j]``.
+
+    The rows are packed to bytes in one tensor expression and read back as one ``bytes``
+    object, so Python handles N integers, not N * M booleans.
+    """
+    rows, cols = matrix.shape
+    width = -(-cols // 8)  # bytes per row
+    padded = F.pad(matrix.to(torch.uint8), (0, width * 8 - cols)).view(rows, width, 8)
+    shifts = torch.arange(8, dtype=torch.uint8, device=matrix.device)
+    packed = (padded << shifts).sum(dim=2, dtype=torch.uint8).cpu().contiguous()  # (N, width)
+    buffer = ctypes.string_at(packed.data_ptr(), rows * width)
+    return [int.from_bytes(buffer[i * width:(i + 1) * width], "little") for i in range(rows)]
+
+
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, max_output: int | None = None) -> Tensor:
     """Greedy non-maximum suppression; indices of kept boxes, highest score first.
 
-    Exactly the greedy result (a box survives iff no higher-scored survivor overlaps it by more
-    than ``iou_threshold``), computed block by block over the score-sorted boxes instead of box
-    by box. A block of ``NMS_BLOCK`` boxes is first checked against all earlier survivors at
-    once; inside the block the keep mask is the fixed point of
-    ``keep[j] = alive[j] and not any_i(keep[i] and S[i, j])`` (``S[i, j]``: i ranks above j and
-    overlaps it). Iteration k settles at least the first k boxes and the fixed point is unique,
-    so a few matrix rounds suffice. Survivors are decided in score order, so ``max_output``
-    (keep only the top survivors, as every detector does) can stop early.
+    torchvision's algorithm (its CUDA kernel): the overlap test runs as one vectorised
+    matrix, and the greedy scan (a box survives iff no higher-scored survivor overlaps it by
+    more than ``iou_threshold``) walks that matrix's rows as bit masks, one Python integer
+    operation per box instead of a tensor operation per box or per round. Boxes go in
+    score-sorted blocks of ``NMS_BLOCK``: a block is checked against all earlier survivors at
+    once, then scanned, so ``max_output`` (keep only the top survivors, as every detector
+    does) stops after the block that fills it.
     """
     if boxes.numel() == 0:
         return torch.empty(0, dtype=torch.int64, device=boxes.device)
@@ -141,24 +156,23 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, max_output: int | N
     boxes = boxes[order]
     num = boxes.shape[0]
     max_output = num if max_output is None else max_output
-    keep = torch.zeros(num, dtype=torch.bool, device=boxes.device)
+    kept: list[int] = []
     survivors = boxes[:0]
     for start in range(0, num, NMS_BLOCK):
-        stop = min(start + NMS_BLOCK, num)
-        block = boxes[start:stop]
-        alive = ~_overlaps_above(survivors, block, iou_threshold).any(dim=0)
-        suppresses = _overlaps_above(block, block, iou_threshold).triu_(diagonal=1)
-        block_keep = alive
-        while True:
-            new_keep = alive & ~(suppresses & block_keep[:, None]).any(dim=0)
-            if torch.equal(new_keep, block_keep):
-                break
-            block_keep = new_keep
-        keep[start:stop] = block_keep
-        survivors = torch.cat((survivors, block[block_keep]))
-        if survivors.shape[0] >= max_output:
+        block = boxes[start:start + NMS_BLOCK]
+        dead = _overlaps_above(survivors, block, iou_threshold).any(dim=0)
+        (removed,) = _bit_rows(dead[None])
+        suppresses = _bit_rows(_overlaps_above(block, block, iou_threshold).triu_(diagonal=1))
+        block_kept = []
+        for j, row in enumerate(suppresses):
+            if not (removed >> j) & 1:
+                block_kept.append(j)
+                removed |= row
+        kept.extend(start + j for j in block_kept)
+        survivors = torch.cat((survivors, block[block_kept]))
+        if len(kept) >= max_output:
             break
-    return order[keep][:max_output]
+    return order[torch.tensor(kept[:max_output], dtype=torch.int64, device=order.device)]
 
 
 def batched_nms(

@@ -39,7 +39,7 @@ class RCNNConfig:
     num_classes: int = 80  # foreground classes (COCO's 80; torchvision's layout has 90 ids)
     background_first: bool = False  # torchvision layout: class 0 is background and gets box deltas
     stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
-    width: int = 64  # ResNet stem / res2 width; only smoke runs of C4 and DC5 variants shrink it
+    width: int = 64  # ResNet stem / res2 width; smoke runs shrink it (_SMOKE_NARROW)
     fc_dim: int = 1024  # hidden size of the two-FC box head
     anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # one per FPN level, or all on C4/DC5
     anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -140,18 +140,31 @@ _TORCHVISION = dict(
 # benchmark's zero score threshold every image keeps the cap, and the mask head runs 4 convs
 # and a deconvolution per detection: 100 of them made a smoke eval step take seconds).
 _SMOKE = dict(rpn_pre_nms_topk=(64, 64), rpn_post_nms_topk=(8, 8), roi_batch_per_image=16, detections_per_image=10)
-# C4 and dilated-C5 variants also get a narrower ResNet and box head at smoke size (the layer
-# types are unchanged): C4 runs res5 on every proposal (~0.7 GMAC each at width 64, 10 s per
-# smoke eval step on 2 cores), and DC5 has >160M parameters (a 2048x2048 RPN conv and a
-# 100k x 1024 FC).
+# Every variant also gets a narrower ResNet and box head at smoke size (the layer types are
+# unchanged): C4 runs res5 on every proposal (~0.7 GMAC each at width 64, 10 s per smoke eval
+# step on 2 cores), DC5 has >160M parameters (a 2048x2048 RPN conv and a 100k x 1024 FC), and
+# the full-width FPN backbones made a vision_maskrcnn smoke train step 61 GFLOP (42 narrow).
 _SMOKE_NARROW = dict(width=16, fc_dim=256)
 DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
 
 
-def _create_rcnn(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
-    """Build a Generalized R-CNN workload; ``kwargs`` are :class:`RCNNConfig` fields."""
-    smoke = {**_SMOKE, **(_SMOKE_NARROW if kwargs.get("neck") in ("c4", "dc5") else {})} if ctx.smoke else {}
-    cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
+def _create_rcnn(
+    ctx: BuildContext,
+    *,
+    family: dict[str, Any],
+    image_size: tuple[int, int] | None = None,
+    max_boxes: int | None = None,
+    **kwargs: Any,
+) -> Workload:
+    """Build a Generalized R-CNN workload.
+
+    ``family`` holds the reference config's defaults (e.g. the C4 proposal counts) and
+    ``kwargs`` the variant's and the caller's :class:`RCNNConfig` fields. Precedence, lowest
+    first: family defaults, smoke sizes, kwargs, so smoke's few proposals replace a family's
+    thousands (they did not: C4 smoke evals ran res5 on every one of ~420 proposals).
+    """
+    smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
+    cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
     model = GeneralizedRCNN(cfg)
     images, image_sizes, targets = synthetic_detection_batch(
         ctx,
@@ -169,8 +182,9 @@ def _create_rcnn(ctx: BuildContext, *, image_size: tuple[int, int] | None = None
     return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
 
 
-def _detectron2(**kwargs: Any) -> dict[str, Any]:
-    return {**(_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}), **kwargs}
+def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """A Detectron2 R-CNN: single-feature-map necks take Detectron2's C4/DC5 proposal counts."""
+    return _create_rcnn(ctx, family=_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}, **kwargs)
 
 
 # Parameter counts follow from the reference configs (Detectron2 publishes none): e.g.
@@ -178,43 +192,43 @@ def _detectron2(**kwargs: Any) -> dict[str, Any]:
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644)
 def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``faster_rcnn_R_50_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", **kwargs))
+    return _detectron2(ctx, depth=50, neck="c4", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468)
 def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50 with dilated res5 (Detectron2 ``faster_rcnn_R_50_DC5``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="dc5", **kwargs))
+    return _detectron2(ctx, depth=50, neck="dc5", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936)
 def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50-FPN (Detectron2 ``faster_rcnn_R_50_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", **kwargs))
+    return _detectron2(ctx, depth=50, neck="fpn", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548)
 def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``faster_rcnn_R_101_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", **kwargs))
+    return _detectron2(ctx, depth=101, neck="c4", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372)
 def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101 with dilated res5 (Detectron2 ``faster_rcnn_R_101_DC5``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="dc5", **kwargs))
+    return _detectron2(ctx, depth=101, neck="dc5", **kwargs)
 
 
 @register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840)
 def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101-FPN (Detectron2 ``faster_rcnn_R_101_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", **kwargs))
+    return _detectron2(ctx, depth=101, neck="fpn", **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612)
 def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``mask_rcnn_R_50_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="c4", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=50, neck="c4", mask_on=True, **kwargs)
 
 
 @register_model(
@@ -222,19 +236,19 @@ def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
 )
 def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50-FPN (Detectron2 ``mask_rcnn_R_50_FPN``; MLPerf's heavy detector)."""
-    return _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516)
 def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``mask_rcnn_R_101_C4``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="c4", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=101, neck="c4", mask_on=True, **kwargs)
 
 
 @register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120)
 def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""
-    return _create_rcnn(ctx, **_detectron2(depth=101, neck="fpn", mask_on=True, **kwargs))
+    return _detectron2(ctx, depth=101, neck="fpn", mask_on=True, **kwargs)
 
 
 @register_model(
@@ -246,7 +260,7 @@ def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
 )
 def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
-    return _create_rcnn(ctx, **{**_TORCHVISION, "depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
+    return _create_rcnn(ctx, family=_TORCHVISION, **{"depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
 
 
 @register_model(
@@ -257,7 +271,7 @@ def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
 )  # fmt: skip
 def detectron2_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN R50-FPN from Detectron2's LazyConfig model zoo; training steps ``SGD(params, lr=0.0)``."""
-    workload = _create_rcnn(ctx, **_detectron2(depth=50, neck="fpn", mask_on=True, **kwargs))
+    workload = _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **kwargs)
     if ctx.train:  # TorchBench: torch.optim.SGD(self.model.parameters(), 0.0): no momentum, no decay
         workload.optimizer = torch.optim.SGD([p for p in workload.module.parameters() if p.requires_grad], lr=0.0)
         workload.updates_parameters = False  # lr 0: the step runs, the weights stay

@@ -1,0 +1,58 @@
+"""The generated model index: in sync with the code, and listing from it imports no model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from torchgauge.model_index import INDEX_PATH, build_index, render_index, spec_entry
+
+
+def test_index_matches_the_registered_models() -> None:
+    # Regenerates from the @register_model calls; a model added, removed or edited without
+    # `python -m torchgauge.model_index` fails here with the first differing entry.
+    fresh = build_index()
+    stored = json.loads(INDEX_PATH.read_text())["models"]
+    fresh_by_name = {e["name"]: e for e in fresh}
+    stored_by_name = {e["name"]: e for e in stored}
+    assert sorted(fresh_by_name) == sorted(stored_by_name), "models added or removed: regenerate the index"
+    for name, entry in fresh_by_name.items():
+        assert stored_by_name[name] == entry, f"{name}: index out of date; run `python -m torchgauge.model_index`"
+    assert render_index(fresh) == INDEX_PATH.read_text()
+
+
+def test_listing_imports_neither_torch_nor_models() -> None:
+    code = (
+        "import sys\n"
+        "from torchgauge.registry import get_spec, list_models\n"
+        "names = list_models()\n"
+        "assert len(names) > 100 and get_spec('resnet50').param_count\n"
+        "loaded = [m for m in sys.modules if m == 'torch' or m.startswith('torchgauge.models.')]\n"
+        "print(','.join(loaded))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
+
+
+def test_create_imports_the_builder_lazily() -> None:
+    code = (
+        "import sys\n"
+        "from torchgauge.registry import create, get_spec\n"
+        "assert get_spec('alexnet').builder is None\n"
+        "w = create('alexnet', mode='eval', size='smoke')\n"
+        "w.step()\n"
+        "assert get_spec('alexnet').builder is not None\n"
+        "print('torchgauge.models.nlp' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # only alexnet's domain was imported
+
+
+def test_spec_entry_keeps_only_json_extras() -> None:
+    from torchgauge.registry import ModelSpec
+
+    spec = ModelSpec(name="m", builder=None, domain="other", task="t", source="s", train_batch_size=1,
+                     eval_batch_size=2, extra={"torchbench_name": "x", "obj": object()})
+    entry = spec_entry(spec)
+    assert entry["extra"] == {"torchbench_name": "x"} and entry["eval_batch_size"] == 2

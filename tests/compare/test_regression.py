@@ -183,3 +183,20 @@ def test_time_signal_cpu_tests_the_process_cpu_time() -> None:
     assert not cpu.regressions and cpu.time_signal == "cpu"
     with pytest.raises(ValueError, match="accepted: wall, cpu"):
         compare_results(base, new, time_signal="ticks")
+
+
+def test_compare_says_when_the_sides_ran_with_different_threads() -> None:
+    from torchgauge.compare.regression import compare_results, threads_note
+    from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+
+    def side(threads):
+        samples = {"time_ms": {"samples": [10.0, 10.1, 9.9, 10.0, 10.2]}}
+        return ResultsFile(env={}, runs=[RunRecord(RunConfig("m", mode="eval"), "ok", metrics=samples, threads=threads)])
+
+    one, two, old = side({"intra_op": 1}), side({"intra_op": 2}), side(None)
+    assert threads_note(one, side({"intra_op": 1})) is None
+    note = threads_note(one, two)
+    assert note.startswith("different intra-op threads: base 1, new 2") and "--threads" in note
+    assert "new unrecorded" in threads_note(one, old)
+    cmp = compare_results(one, two)
+    assert cmp.threads_note == note and cmp.to_dict()["threads_note"] == note

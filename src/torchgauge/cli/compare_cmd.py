@@ -121,8 +121,9 @@ def compare_command(**kw: object) -> int:
             term.warning(f"{label} is an interrupted run: the configurations it never reached are missing from it")
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
                           count_threshold=kw["count_threshold"], time_signal=kw["time_signal"])
-    if cmp.hardware_note:
-        term.warning(f"{new_label} vs {base_label}: {cmp.hardware_note}")
+    for note in (cmp.hardware_note, cmp.threads_note):
+        if note:
+            term.warning(f"{new_label} vs {base_label}: {note}")
     _warn_missing(cmp, {"base": base_label, "new": new_label}, term)
     if kw["confirm"] and cmp.regressions:
         from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison, recorded_intra_op_threads

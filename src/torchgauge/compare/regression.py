@@ -187,6 +187,7 @@ class Comparison:
     # those whose median change reaches the threshold first.
     inconclusive: list[Finding] = field(default_factory=list)
     hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
+    threads_note: str | None = None  # set when the two sides ran with different intra-op thread counts
     time_signal: str = "wall"  # a key of TIME_SIGNALS: which per-step series was tested
 
     @property
@@ -216,6 +217,7 @@ class Comparison:
             "unmatched": [u.as_dict() for u in self.unmatched],
             "inconclusive": [f.to_dict() for f in self.inconclusive],
             "hardware_note": self.hardware_note,
+            "threads_note": self.threads_note,
             "time_signal": self.time_signal,
             "unchanged": len(self.unchanged),
             "confirm_rounds": self.confirm_rounds,
@@ -397,6 +399,7 @@ def compare_results(
     return Comparison(
         inconclusive=inconclusive,
         hardware_note=hardware_note(base, new),
+        threads_note=threads_note(base, new),
         time_signal=time_signal,
         regressions=[f for f in findings if f.verdict == "regression"],
         improvements=[f for f in findings if f.verdict == "improvement"],
@@ -455,6 +458,21 @@ def _fingerprints(results: ResultsFile) -> dict[str, dict[str, Any]]:
     # recomputed where the hardware fields are there: older files hashed the hostname too
     return {(machine_fingerprint(e) if e.get("cpu_model") else e["machine_fingerprint"]): e
             for e in envs if e.get("cpu_model") or e.get("machine_fingerprint")}
+
+
+def _intra_op_threads(results: ResultsFile) -> set[str]:
+    """The intra-op thread counts a result set's runs recorded ("unrecorded" for runs from before the field)."""
+    return {str((r.threads or {}).get("intra_op", "unrecorded")) for r in results.runs if r.status == "ok"}
+
+
+def threads_note(base: ResultsFile, new: ResultsFile) -> str | None:
+    """A sentence when the two sides ran with different intra-op thread counts (their times then differ by design)."""
+    b, n = _intra_op_threads(base), _intra_op_threads(new)
+    if not b or not n or b == n:
+        return None
+    return (f"different intra-op threads: base {', '.join(sorted(b))}, new {', '.join(sorted(n))} "
+            "(unrecorded: torch's default, before threads were recorded). Time changes may be the threads'; "
+            "rerun one side with `run --threads`.")
 
 
 def hardware_note(base: ResultsFile, new: ResultsFile) -> str | None:

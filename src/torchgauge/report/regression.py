@@ -106,8 +106,9 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         if count:  # a partial run: say so up front, not only inside "Not compared"
             lines += [f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; "
                       "see below).", ""]
-    if cmp.hardware_note:
-        lines += [f"**Warning: {cmp.hardware_note}**", ""]
+    for note in (cmp.hardware_note, cmp.threads_note):
+        if note:
+            lines += [f"**Warning: {markdown_text(note)}**", ""]
     if cmp.inconclusive:
         lines += ["## Inconclusive (the test cannot reach alpha)", ""]
         lines += _table((*FINDING_COLUMNS, "reason"), [[*row, f.detail.get("reason", "")] for row, f in

@@ -161,8 +161,11 @@ class _Workflow:
                                   capture_output=True, text=True, timeout=600)
             self.executed.add((name, step.get("name", step["run"][:40])))
             cuda_check = "torch.cuda.is_available()" in script and not torch.cuda.is_available()
+            cuda_run = "--device cuda" in script and not torch.cuda.is_available()
             if cuda_check:  # the GPU job's install check must fail on exactly that assertion here
                 assert proc.returncode != 0 and "AssertionError" in proc.stderr, proc.stderr
+            elif cuda_run and proc.returncode != 0:  # a GPU shard on a machine without one fails (run exits 4)
+                assert "no run was measured" in proc.stderr and "(exit 4)" in proc.stderr, proc.stderr
             else:
                 assert proc.returncode == 0, (f"job {name} {matrix} step {step.get('name')!r} exited "
                                               f"{proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

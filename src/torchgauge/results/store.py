@@ -509,8 +509,12 @@ class _Tx:
 
     def __enter__(self) -> None:
         if not self.conn.in_transaction:
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.begin()
             self.outer = True
+
+    def begin(self) -> None:
+        """Open the write transaction (a backend takes its writers' lock here)."""
+        self.conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if not self.outer:

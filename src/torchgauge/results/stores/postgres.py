@@ -27,7 +27,7 @@ import re
 import urllib.parse
 from typing import Any, Iterator, Sequence
 
-from ..store import BUSY_TIMEOUT_S, STORE_SCHEMA_VERSION, Store, StoreError
+from ..store import BUSY_TIMEOUT_S, STORE_SCHEMA_VERSION, Store, StoreError, _Tx
 
 __all__ = ["MIGRATIONS", "WRITE_LOCK_KEY", "PostgresStore"]
 
@@ -150,26 +150,16 @@ class _Connection:
         self.raw.close()
 
 
-class _WriteTransaction:
+class _WriteTransaction(_Tx):
     """``with`` block: BEGIN, the writers' advisory lock, ... COMMIT (ROLLBACK on error); nests as a no-op."""
 
-    def __init__(self, conn: _Connection) -> None:
-        self.conn = conn
-        self.outer = False
-
-    def __enter__(self) -> None:
-        if not self.conn.in_transaction:
-            self.conn.execute("BEGIN")
-            self.outer = True
-            try:
-                self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self.outer:
-            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+    def begin(self) -> None:
+        self.conn.execute("BEGIN")
+        try:
+            self.conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK_KEY,))
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
 
 class PostgresStore(Store):

@@ -30,7 +30,7 @@ RSS_LIMIT_MB = 2048
 _CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from torchgauge.trace_analysis import analyse_trace_file, diagnose_trace_file
+from torchgauge.workflows.trace_analysis import analyse_trace_file, diagnose_trace_file
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "breakdown":
     out = [a.breakdown["fractions"] for a in analyse_trace_file(path)]

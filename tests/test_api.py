@@ -10,7 +10,7 @@ import pytest
 
 import torchgauge
 from torchgauge.api import PANDAS_MISSING, Results
-from torchgauge.compare.backends import BackendComparison
+from torchgauge.compare.backend_ratios import BackendComparison
 from torchgauge.compare.regression import Comparison
 from torchgauge.results.schema import SchemaError
 from torchgauge.results.store import Store

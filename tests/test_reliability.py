@@ -21,7 +21,7 @@ import pytest
 
 from torchgauge.cli import main
 from torchgauge.compare.regression import compare_results
-from torchgauge.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
+from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
 from torchgauge.report.escape import html_text, markdown_code, markdown_text, terminal_text
 from torchgauge.report.regression import render_markdown
@@ -465,7 +465,7 @@ def test_every_numeric_limit_is_validated(cli, args, value) -> None:
 
 
 def test_sweep_values_must_be_finite() -> None:
-    from torchgauge.scale import parse_vary
+    from torchgauge.workflows.scale import parse_vary
 
     for text in ("embedding_dim=16,nan", "embedding_dim=inf", "embedding_dim=-inf,2"):
         with pytest.raises(ValueError, match="must be > 0 and finite"):

@@ -184,7 +184,7 @@ def compare(a: Results | str | os.PathLike, b: Results | str | os.PathLike, **ju
     """Compare two result sets (:class:`Results` or anything :func:`load` accepts).
 
     When each side holds one backend and the two differ (eager versus inductor), the result
-    is :func:`torchgauge.compare.backends.compare_backends`'s (per model speedup,
+    is :func:`torchgauge.compare.backend_ratios.compare_backends`'s (per model speedup,
     ratios, compiler summary), as ``compare-backends --from``. Otherwise it is the
     regression judgement of ``torchgauge compare``
     (:func:`torchgauge.compare.regression.compare_results`; ``judge`` takes its
@@ -198,7 +198,7 @@ def compare(a: Results | str | os.PathLike, b: Results | str | os.PathLike, **ju
     base_backends = {r.config.backend for r in base}
     new_backends = {r.config.backend for r in new}
     if len(base_backends) == 1 and len(new_backends) == 1 and base_backends != new_backends:
-        from .compare.backends import compare_backends
+        from .compare.backend_ratios import compare_backends
 
         if judge:
             raise TypeError(f"options {', '.join(judge)} apply to the regression comparison, not to backends")

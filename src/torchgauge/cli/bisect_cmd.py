@@ -72,9 +72,9 @@ def bisect_command(**kw: object) -> None:
     """
     import functools
 
-    from ..bisect import (BisectSetupError, BuildFailed, Judging, default_cache_dir, default_threshold,
+    from ..workflows.bisect import (BisectSetupError, BuildFailed, Judging, default_cache_dir, default_threshold,
                           measure_in_subprocess, run_bisect)
-    from ..stats.bisection import BisectionError
+    from ..stats.range_search import BisectionError
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -107,7 +107,7 @@ def bisect_command(**kw: object) -> None:
 
 
 def _spec(kw: dict):
-    from ..bisect import MeasureSpec
+    from ..workflows.bisect import MeasureSpec
     from ..configure import BACKENDS, PRECISIONS
     from ..harness.threads import parse_threads
 
@@ -139,7 +139,7 @@ def _spec(kw: dict):
 
 
 def _source(kw: dict, workdir: str):
-    from ..bisect import GitRange, VersionRange
+    from ..workflows.bisect import GitRange, VersionRange
 
     git_opts = {name: kw[name] for name in ("repo", "good", "bad", "build_cmd")}
     given = [f"--{n.replace('_cmd', '').replace('_', '-')}" for n, v in git_opts.items() if v]
@@ -163,7 +163,7 @@ def _describe(candidate: dict) -> str:
 
 
 def _print_report(term, report) -> None:
-    from ..bisect import format_change
+    from ..workflows.bisect import format_change
 
     rows = []
     for outcome in report.outcomes:

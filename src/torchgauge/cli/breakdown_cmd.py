@@ -76,7 +76,7 @@ def _trace_breakdown(paths: tuple[str, ...], *, top: int, output: str | None, pe
     from ..harness.breakdown import CPU_NAMES, CUDA_NAMES
     from ..harness.json_stream import TraceFormatError
     from ..report.breakdown import COMPONENT_LABELS, trace_breakdown_rows, write_breakdown_chart
-    from ..trace_analysis import analyse_trace_file
+    from ..workflows.trace_analysis import analyse_trace_file
     from .terminal import Terminal
 
     term = Terminal()

@@ -54,7 +54,7 @@ def compare_backends_command(**kw: object) -> None:
     candidate is faster or uses less memory. To compare with the HUD's inductor numbers, use
     --compile-scope step (the dynamo harness compiles the whole training iteration).
     """
-    from ..compare.backends import compare_backends, select_backend
+    from ..compare.backend_ratios import compare_backends, select_backend
     from ..compare.matching import CompareError
     from ..results.schema import SchemaError, load_results
     from .terminal import Terminal

@@ -126,7 +126,7 @@ def compare_command(**kw: object) -> int:
             term.warning(f"{new_label} vs {base_label}: {note}")
     _warn_missing(cmp, {"base": base_label, "new": new_label}, term)
     if kw["confirm"] and cmp.regressions:
-        from ..confirm import ConfirmError, ConfirmRequest, confirm_comparison, recorded_intra_op_threads
+        from ..workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, recorded_intra_op_threads
 
         request = ConfirmRequest(
             baseline_python=str(kw["baseline_python"] or sys.executable),

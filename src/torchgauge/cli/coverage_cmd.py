@@ -32,8 +32,8 @@ from .params import SECONDS, fraction, selected_models
 def coverage_command(*, patterns, mode, size, against_tag, target, output, chart, timeout, jobs, model_files, exclude,
                      as_json, quiet) -> None:
     """Record the API and operator coverage of models matching PATTERNS (default: all)."""
-    from ..coverage import run_coverage
-    from ..report.coverage import write_domain_chart
+    from ..workflows.coverage import run_coverage
+    from ..stats.coverage_sets import write_domain_chart
     from ..runner import RunnerOptions
     from .terminal import Terminal
 

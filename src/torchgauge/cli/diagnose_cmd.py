@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..diagnosis import DIAGNOSE_STEPS
+from ..workflows.diagnose import DIAGNOSE_STEPS
 from .params import check_device, positive, selected_models
 
 
@@ -37,7 +37,7 @@ def diagnose_command(*, model: str | None, traces: tuple[str, ...], mode: str, d
     if traces:
         _diagnose_traces(term, traces, model_files, as_json)
         return
-    from ..diagnosis import diagnose_model
+    from ..workflows.diagnose import diagnose_model
     from ..workload import UnsupportedError
 
     matches = selected_models([model], model_files)
@@ -75,7 +75,7 @@ def _print_findings(term, title: str, findings: list) -> None:
 
 def _diagnose_traces(term, paths: tuple[str, ...], model_files: tuple[str, ...], as_json: bool) -> None:
     from ..harness.json_stream import TraceFormatError
-    from ..trace_analysis import diagnose_trace_file
+    from ..workflows.trace_analysis import diagnose_trace_file
 
     results = []
     for path in paths:

@@ -26,7 +26,7 @@ def _batch_size(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 def _tuned_batch_sizes(configs: list, kw: dict, term) -> list:
     """--batch-size auto: eval runs take the size stored by tune-batch for this device."""
-    from ..tune_batch import BatchSizeStore, StoreError, apply_tuned_batch_sizes, device_name
+    from ..workflows.tune_batch import BatchSizeStore, StoreError, apply_tuned_batch_sizes, device_name
 
     try:
         name = device_name(str(kw["device"]))

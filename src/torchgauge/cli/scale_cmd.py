@@ -37,7 +37,7 @@ def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics,
     from ..report.scaling import FIT_COLUMNS, fit_rows, write_scaling_plot
     from ..results.schema import RunConfig
     from ..runner import RunnerOptions
-    from ..scale import fit_curves, parse_vary, plan_sweep, point_costs
+    from ..workflows.scale import fit_curves, parse_vary, plan_sweep, point_costs
     from ..suite import default_output_path, run_and_save
     from .terminal import Terminal
 

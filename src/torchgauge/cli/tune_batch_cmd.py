@@ -45,7 +45,7 @@ def tune_batch_command(**kw: object) -> None:
     `torchgauge run --batch-size auto`.
     """
     from ..runner import RunnerOptions
-    from ..tune_batch import (DEFAULT_BUDGET_S, DEFAULT_MAX_BATCH, BatchSizeStore, StoreError, device_name,
+    from ..workflows.tune_batch import (DEFAULT_BUDGET_S, DEFAULT_MAX_BATCH, BatchSizeStore, StoreError, device_name,
                               search_batch_size)
     from .terminal import Terminal
 

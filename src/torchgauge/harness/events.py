@@ -2,7 +2,7 @@
 
 The profiler's own objects are converted into these records at the measuring edge, so the
 arithmetic (:mod:`torchgauge.harness.breakdown`) and the judging
-(:mod:`torchgauge.compare.diagnose`) are pure functions over lists that tests can build by
+(:mod:`torchgauge.workflows.diagnose.rules`) are pure functions over lists that tests can build by
 hand. Times are microseconds from the start of the trace.
 """
 

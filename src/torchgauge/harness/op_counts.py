@@ -1,6 +1,6 @@
 """``op_counts`` metric: ATen operators dispatched in one step, by operator (deterministic).
 
-Reuses the coverage pass's :class:`~torchgauge.harness.coverage.OpRecorder` (a
+Reuses the coverage pass's :class:`~torchgauge.harness.api_recorders.OpRecorder` (a
 ``TorchDispatchMode``): it sees every operator that reaches the dispatcher below autograd,
 in forward and backward, with overloads folded (``aten::add.Tensor`` and
 ``aten::add.Scalar`` both count as ``aten::add``). With autograd active, composite
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from .coverage import OpRecorder
+from .api_recorders import OpRecorder
 from .metrics import register_metric
 
 if TYPE_CHECKING:  # pragma: no cover

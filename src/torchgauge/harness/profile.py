@@ -3,7 +3,7 @@
 Measuring only. Each step runs inside ``record_function("torchgauge.step#i")`` so its span is
 in the trace; the device is synchronised before and after the steps (inside the profiler, so
 the last kernels are collected). The result is torch-free: :mod:`.breakdown` does the
-arithmetic and :mod:`torchgauge.compare.diagnose` the judging. Optionally the same pass is
+arithmetic and :mod:`torchgauge.workflows.diagnose.rules` the judging. Optionally the same pass is
 exported as a Chrome/Perfetto trace.
 """
 
@@ -341,7 +341,7 @@ def profile_for_diagnosis(workload: "Workload", steps: int = 3, *, warmup: int =
     """Warm up, then profile ``steps`` steps with Python stacks and record exact call lines.
 
     Returns:
-        (trace, call_sites, model_files): the inputs of :func:`torchgauge.compare.diagnose.diagnose`
+        (trace, call_sites, model_files): the inputs of :func:`torchgauge.workflows.diagnose.rules.diagnose`
         (``call_lines=call_sites.lines, raised=call_sites.raised``).
     """
     for _ in range(warmup):

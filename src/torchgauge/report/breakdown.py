@@ -57,7 +57,7 @@ def breakdown_rows(records: Iterable[RunRecord]) -> list[BreakdownRow]:
 
 
 def trace_breakdown_rows(analyses: Iterable[Any]) -> list[BreakdownRow]:
-    """Rows for trace analyses (:class:`torchgauge.trace_analysis.DeviceAnalysis`): one per
+    """Rows for trace analyses (:class:`torchgauge.workflows.trace_analysis.DeviceAnalysis`): one per
     device over all its steps, then one per step; mode ``"trace"``, domain ``"trace"``."""
     out = []
     for a in analyses:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .charts import LogBarPanel, grouped_log_bars
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..compare.backends import BackendComparison
+    from ..compare.backend_ratios import BackendComparison
     from ..compare.devices import DeviceComparison
 
 __all__ = [
@@ -58,7 +58,7 @@ def _times(value: float | None) -> str | None:
 
 def compiler_summary_rows(cmp: "BackendComparison") -> list[list[Any]]:
     """Per mode: pass rate, speedup geomean, compression ratio, compilation latency, then the ratio geomeans."""
-    from ..compare.backends import compiler_summary
+    from ..compare.backend_ratios import compiler_summary
 
     out = []
     for mode, s in compiler_summary(cmp).items():
@@ -104,7 +104,7 @@ def _modes(rows) -> list[str]:
 
 def backend_chart(cmp: "BackendComparison", path: str | Path) -> Path:
     """Bar chart: per mode a panel, per model one bar per metric, candidate / baseline on a log axis."""
-    from ..compare.backends import METRIC_TITLES, METRICS
+    from ..compare.backend_ratios import METRIC_TITLES, METRICS
 
     panels = []
     for mode in _modes(cmp.rows):

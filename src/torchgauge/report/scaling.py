@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..scale import SWEEP_METRICS, ScalingCurve
+from ..workflows.scale import SWEEP_METRICS, ScalingCurve
 
 __all__ = ["FIT_COLUMNS", "fit_rows", "write_scaling_plot"]
 

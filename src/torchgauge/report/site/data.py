@@ -3,7 +3,7 @@
 Everything here is gathered from a :class:`~torchgauge.results.store.Store` and judged by
 the existing code: :func:`~torchgauge.compare.regression.compare_results` (latest against
 previous run), :func:`~torchgauge.report.history.history_tables` (step detection),
-:func:`~torchgauge.compare.backends.compare_backends` (Figures 3-4),
+:func:`~torchgauge.compare.backend_ratios.compare_backends` (Figures 3-4),
 :func:`~torchgauge.compare.devices.compare_devices` (Figure 5) and
 :func:`~torchgauge.report.breakdown.domain_table` (Table 2). No HTML here: :mod:`.html`
 renders these values, and escapes every string on the way out.
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ...compare.backends import METRIC_TITLES, compare_backends
+from ...compare.backend_ratios import METRIC_TITLES, compare_backends
 from ...compare.devices import compare_devices, describe_env
 from ...compare.matching import CompareError
 from ...compare.regression import TIME_METRIC, compare_results
@@ -325,7 +325,7 @@ def _devices(store: Store, latest: LatestRun) -> list[dict[str, Any]]:
 
 
 def _coverage_figure(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a :func:`~torchgauge.report.coverage.summarize_coverage` summary the page draws."""
+    """The parts of a :func:`~torchgauge.stats.coverage_sets.summarize_coverage` summary the page draws."""
     apis, ops = summary.get("apis") or {}, summary.get("ops") or {}
     return {"summary": {k: summary.get(k) for k in ("models", "against", "cover_target", "modules")},
             "apis": {k: apis.get(k) for k in ("suite", "tagged", "ratio", "universe", "fraction_of_universe",
@@ -338,7 +338,7 @@ def _coverage_figure(summary: Mapping[str, Any]) -> dict[str, Any]:
 def _recorded_coverage(records: Sequence[RunRecord]) -> dict[str, Any] | None:
     """The coverage summary of runs made with ``--metrics coverage``; None when no run has one.
 
-    Uses :func:`torchgauge.coverage.entries_from_records` (registry tags, torch's API universe),
+    Uses :func:`torchgauge.workflows.coverage.entries_from_records` (registry tags, torch's API universe),
     so torch and the model registry are imported only when such runs exist.
 
     Raises:
@@ -346,10 +346,10 @@ def _recorded_coverage(records: Sequence[RunRecord]) -> dict[str, Any] | None:
     """
     if not any(isinstance(r.metrics.get("coverage"), Mapping) for r in records):
         return None
-    from ...coverage import entries_from_records
-    from ...harness.coverage import api_universe
+    from ...workflows.coverage import entries_from_records
+    from ...harness.api_recorders import api_universe
     from ...registry import UnknownModelError
-    from ..coverage import summarize_coverage
+    from ...stats.coverage_sets import summarize_coverage
 
     try:
         entries, _failures = entries_from_records(records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchgauge.trace_analysis import analyse_trace_file, diagnose_trace_file
+from torchgauge.workflows.trace_analysis import analyse_trace_file, diagnose_trace_file
 
 STEPS = 3
 STEP_US = 10_000.0

@@ -3,7 +3,7 @@
 The TorchBench paper (sec. 2.2) starts inference at batch size 1 and doubles it until the
 device runs out of memory, then keeps the size with the highest throughput. These are the
 pure parts of that search (no torch, no I/O), so they can be tested on known curves;
-:mod:`torchgauge.tune_batch` runs the measurements.
+:mod:`torchgauge.workflows.tune_batch` runs the measurements.
 
 Example:
     >>> pts = [BatchPoint(1, "ok", 2.0), BatchPoint(2, "ok", 2.5), BatchPoint(4, "ok", 8.0),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchgauge.compare.backends import compare_backends, select_backend
+from torchgauge.compare.backend_ratios import compare_backends, select_backend
 from torchgauge.compare.matching import CompareError
 from torchgauge.results.schema import RunRecord
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchgauge.compare.regression import compare_results
-from torchgauge.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
+from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 PLANTED = str(Path(__file__).parents[1] / "fixtures" / "planted_models.py")
 
@@ -111,7 +111,7 @@ def test_rerun_command_carries_the_configuration() -> None:
 
 
 def test_reruns_use_the_thread_count_the_compared_runs_recorded(tmp_path) -> None:
-    from torchgauge.confirm import recorded_intra_op_threads
+    from torchgauge.workflows.confirm import recorded_intra_op_threads
 
     one = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 1})
     two = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 2})

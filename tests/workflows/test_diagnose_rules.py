@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torchgauge.compare.diagnose import (
+from torchgauge.workflows.diagnose.rules import (
     FOREACH_OPS,
     HEAVY_TRAFFIC_MIN_BYTES,
     IDLE_GAP_US,
@@ -52,7 +52,7 @@ CALL_SITES = {
 @pytest.fixture(scope="module")
 def diagnosed():
     """Diagnose every planted model once (about a second in all on CPU)."""
-    from torchgauge.diagnosis import diagnose_model
+    from torchgauge.workflows.diagnose import diagnose_model
     from torchgauge.registry import get_spec, load_model_file
 
     load_model_file(FIXTURE)
@@ -137,7 +137,7 @@ def test_no_finding_is_attributed_to_torchgauges_harness(diagnosed) -> None:
 
 
 def test_deep_clean_mlp_has_no_finding_across_repeated_runs() -> None:
-    from torchgauge.diagnosis import diagnose_model
+    from torchgauge.workflows.diagnose import diagnose_model
     from torchgauge.registry import load_model_file
 
     load_model_file(FIXTURE)

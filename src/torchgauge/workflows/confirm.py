@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .compare.regression import Comparison, Finding, compare_results
-from .results.schema import ResultsFile, RunConfig, RunRecord, load_results
-from .stats.compare import rounds_needed
+from ..compare.regression import Comparison, Finding, compare_results
+from ..results.schema import ResultsFile, RunConfig, RunRecord, load_results
+from ..stats.compare import rounds_needed
 
 __all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command", "rerun_configs"]
 
@@ -106,7 +106,7 @@ def rerun_configs(python: str, configs: Sequence[RunConfig], workdir: Path, requ
 
 def _check_names(configs: Sequence[RunConfig], request: ConfirmRequest) -> None:
     """Every model name must be registered (after the user's model files) before it reaches a command."""
-    from .registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
+    from ..registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
 
     try:
         for path in request.model_files:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from torchgauge.stats.scaling import fit_power_law
+from torchgauge.stats.power_law import fit_power_law
 
 XS = [8, 16, 32, 64, 128, 256, 512]
 
@@ -72,7 +72,7 @@ def test_exponent_beyond_the_search_range_is_flagged() -> None:
 def test_exponent_interval_is_narrow_for_clean_data_and_wide_for_noise() -> None:
     import random
 
-    from torchgauge.stats.scaling import fit_power_law
+    from torchgauge.stats.power_law import fit_power_law
 
     rng = random.Random(1)
     xs = [1, 2, 4, 8, 16, 32, 64]

@@ -37,8 +37,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..harness.breakdown import clip, is_aten_op, subtract, total, union
-from ..harness.events import (
+from ...harness.breakdown import clip, is_aten_op, subtract, total, union
+from ...harness.events import (
     STEP_NAME_RE,
     Frame,
     ProfileTrace,

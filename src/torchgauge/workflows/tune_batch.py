@@ -5,7 +5,7 @@ the maximum is reached or the time budget is spent. Every size is measured in a 
 isolated worker (:func:`torchgauge.runner.run_suite`), so an out-of-memory error cannot
 leave a fragmented allocator or a half-freed cache behind for the next size. Throughput is
 batch / median step time (samples/s); the choice is
-:func:`torchgauge.stats.batch_search.choose_batch_size`.
+:func:`torchgauge.stats.batch_doubling.choose_batch_size`.
 
 Results are kept per device name (CPU model or GPU name, so a result tuned on one A100
 applies to any A100), size and model in a JSON file that ``torchgauge run --batch-size
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .results.schema import RunConfig, RunRecord
-from .runner import RunnerOptions, run_suite, worker_threads
-from .stats.batch_search import (
+from ..results.schema import RunConfig, RunRecord
+from ..runner import RunnerOptions, run_suite, worker_threads
+from ..stats.batch_doubling import (
     DEFAULT_WITHIN,
     BatchChoice,
     BatchPoint,
@@ -98,7 +98,7 @@ def device_name(device: str) -> str:
     Raises:
         ValueError: a CUDA device is asked for but none is available.
     """
-    from .harness.env import cpu_model
+    from ..harness.env import cpu_model
 
     kind, _, index = device.partition(":")
     if kind == "cpu":
@@ -122,11 +122,11 @@ class BatchSearch:
     size: str
     default_batch_size: int | None  # the model's registered eval batch size
     points: list[BatchPoint] = field(default_factory=list)
-    stop: str = ""  # one of stats.batch_search.STOP_REASONS
+    stop: str = ""  # one of stats.batch_doubling.STOP_REASONS
     choice: BatchChoice | None = None
     wall_s: float = 0.0
     repeat: int = 10
-    doubts: list[str] = field(default_factory=list)  # why the choice may be noise (stats.batch_search.curve_doubts)
+    doubts: list[str] = field(default_factory=list)  # why the choice may be noise (stats.batch_doubling.curve_doubts)
     threads: int | None = None  # intra-op threads every size was measured with
 
     def entry(self) -> dict[str, Any]:
@@ -219,7 +219,7 @@ def search_batch_size(
     Returns:
         A :class:`BatchSearch`; ``choice`` is None when even batch size 1 failed.
     """
-    from .registry import get_spec
+    from ..registry import get_spec
 
     spec = get_spec(model)
     search = BatchSearch(model=model, device=device, device_name=device_name(device), size=size,

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from .results.schema import RunConfig, RunRecord
-from .stats.scaling import MIN_POINTS, PowerLawFit, fit_power_law
+from ..results.schema import RunConfig, RunRecord
+from ..stats.power_law import MIN_POINTS, PowerLawFit, fit_power_law
 
 __all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "Axis", "ScalingCurve", "parse_vary", "plan_sweep", "point_costs",
            "fit_curves"]

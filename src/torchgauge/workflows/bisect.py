@@ -1,6 +1,6 @@
 """Bisection to the culprit commit or version: build each probed point, measure, judge.
 
-The search itself is :mod:`torchgauge.stats.bisection` (pure); this module supplies the
+The search itself is :mod:`torchgauge.stats.range_search` (pure); this module supplies the
 points and the verdicts:
 
 * :class:`GitRange` lists the first-parent commits ``good..bad`` of a repository and, for
@@ -50,14 +50,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from .harness.threads import DEFAULT_INTRA_OP_THREADS, THREAD_ENV_VARS
-from .results.schema import ResultsFile, RunConfig
-from .results.schema import _json_safe  # strict JSON (NaN/inf -> null), as results files
-from .stats.bisection import (BAD, GOOD, SKIP, BisectionError, BisectResult, bisect_range, find_culprits, is_bimodal,
+from ..harness.threads import DEFAULT_INTRA_OP_THREADS, THREAD_ENV_VARS
+from ..results.schema import ResultsFile, RunConfig
+from ..results.schema import _json_safe  # strict JSON (NaN/inf -> null), as results files
+from ..stats.range_search import (BAD, GOOD, SKIP, BisectionError, BisectResult, bisect_range, find_culprits, is_bimodal,
                               step_is_consistent)
-from .stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, median, relative_change
-from .stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compare_counts
-from .stats.summary import summarize
+from ..stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, median, relative_change
+from ..stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compare_counts
+from ..stats.summary import summarize
 
 __all__ = [
     "METRICS",
@@ -440,7 +440,7 @@ class MeasureSpec:
 
     def configs(self) -> list[RunConfig]:
         """One RunConfig per (model, mode), as ``torchgauge run`` plans them."""
-        from .suite import SuiteRequest, plan
+        from ..suite import SuiteRequest, plan
 
         return plan(SuiteRequest(models=self.models, modes=self.modes, device=self.device, precision=self.precision,
                                  backend=self.backend, batch_size=self.batch_size, size=self.size,

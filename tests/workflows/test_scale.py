@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchgauge.results.schema import RunConfig, RunRecord
-from torchgauge.scale import Axis, fit_curves, parse_vary, plan_sweep, point_costs
+from torchgauge.workflows.scale import Axis, fit_curves, parse_vary, plan_sweep, point_costs
 
 
 def test_parse_vary() -> None:

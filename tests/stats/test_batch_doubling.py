@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchgauge.stats.batch_search import (
+from torchgauge.stats.batch_doubling import (
     BatchPoint,
     choose_batch_size,
     next_batch_size,
@@ -103,7 +103,7 @@ def test_point_round_trips_through_dict() -> None:
 
 
 def test_noise_curves_are_flagged() -> None:
-    from torchgauge.stats.batch_search import curve_doubts, implausible_sizes
+    from torchgauge.stats.batch_doubling import curve_doubts, implausible_sizes
 
     # issue 17: batch 1 at 270 ms, batch 8 at 1.2 ms chose batch 8 without a word
     noise = [BatchPoint(1, "ok", 270.0), BatchPoint(2, "ok", 2.0), BatchPoint(4, "ok", 1.5), BatchPoint(8, "ok", 1.2)]

@@ -2,7 +2,7 @@
 (``mlperf``), marginal contributions, a greedy covering order and per-domain counts.
 
 Pure set arithmetic on plain Python values (no torch); the recorders that produce the sets
-live in :mod:`torchgauge.harness.coverage`.
+live in :mod:`torchgauge.harness.api_recorders`.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _by_domain(entries: Iterable[ModelCoverage]) -> dict[str, list[ModelCoverage
 
 def write_domain_chart(per_domain: dict[str, dict[str, int]], path: str) -> str:
     """Grouped bar chart (APIs and ops per domain) to ``path`` (.png or .svg); returns the path."""
-    from .plotting import pyplot
+    from ..report.plotting import pyplot
 
     plt = pyplot()
     domains = list(per_domain)

@@ -1,7 +1,7 @@
 """``diagnose_model``: build a workload, profile it with Python stacks, apply the bug-finder rules.
 
 Glue between measuring (:mod:`torchgauge.harness.profile`) and judging
-(:mod:`torchgauge.compare.diagnose`); the ``diagnose`` command is a thin layer over it. It
+(:mod:`torchgauge.workflows.diagnose.rules`); the ``diagnose`` command is a thin layer over it. It
 runs in this process (diagnosis is interactive; a crash is the user's to see).
 """
 
@@ -52,9 +52,9 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
         >>> d = diagnose_model("resnet18", "train", size="smoke")  # doctest: +SKIP
         >>> [f.rule for f in d.findings]  # doctest: +SKIP
     """
-    from .compare.diagnose import diagnose
-    from .harness.profile import profile_for_diagnosis, trace_file_path
-    from .registry import create, get_builder
+    from .rules import diagnose
+    from ...harness.profile import profile_for_diagnosis, trace_file_path
+    from ...registry import create, get_builder
 
     workload = create(name, mode=mode, device=device, batch_size=batch_size, size=size, seed=seed)
     trace_path = None

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from torchgauge.stats.bisection import (
+from torchgauge.stats.range_search import (
     BisectionError,
     bisect_range,
     find_culprits,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from torchgauge.cli import main
-from torchgauge.bisect import (
+from torchgauge.workflows.bisect import (
     BisectSetupError,
     BuildFailed,
     GitRange,
@@ -365,7 +365,7 @@ def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
 
 
 def test_thread_settings_are_pinned_and_part_of_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchgauge.bisect import MeasureSpec, _host_identity
+    from torchgauge.workflows.bisect import MeasureSpec, _host_identity
 
     one, two = MeasureSpec(models=("m",)), MeasureSpec(models=("m",), threads=2)
     args = one.run_args("out.json")
@@ -396,6 +396,6 @@ def test_bimodal_endpoints_make_the_culprit_uncertain():
 
 
 def test_format_change_reads_large_steps_as_factors():
-    from torchgauge.bisect import format_change
+    from torchgauge.workflows.bisect import format_change
 
     assert format_change(0.123) == "+12.3%" and format_change(345.92) == "347x" and format_change(1.0) == "2x"

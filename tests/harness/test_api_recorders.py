@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torchgauge.harness.coverage import api_name, api_universe, module_classes, op_name, record_coverage
+from torchgauge.harness.api_recorders import api_name, api_universe, module_classes, op_name, record_coverage
 
 
 def test_universe_is_the_overridable_api() -> None:

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .report.coverage import ModelCoverage, summarize_coverage
-from .results.schema import RunConfig, RunRecord
+from ..stats.coverage_sets import ModelCoverage, summarize_coverage
+from ..results.schema import RunConfig, RunRecord
 
 __all__ = ["CoverageRun", "coverage_configs", "entries_from_records", "run_coverage"]
 
@@ -49,8 +49,8 @@ def entries_from_records(records: Sequence[RunRecord]) -> tuple[list[ModelCovera
     API names are restricted to the overridable universe: internal helpers that also pass
     through ``__torch_function__`` (profiler hooks around ``optimizer.step``) are not API.
     """
-    from .harness.coverage import api_universe
-    from .registry import get_spec
+    from ..harness.api_recorders import api_universe
+    from ..registry import get_spec
 
     universe = api_universe()
 
@@ -86,8 +86,8 @@ def run_coverage(
     on_result: Callable[[RunRecord], None] | None = None,
 ) -> CoverageRun:
     """Record the coverage of ``models`` in ``modes`` and summarise it."""
-    from .harness.coverage import api_universe
-    from .runner import run_suite
+    from ..harness.api_recorders import api_universe
+    from ..runner import run_suite
 
     t0 = time.perf_counter()
     records = run_suite(coverage_configs(models, modes, size), runner_options, on_result=on_result)

@@ -2,7 +2,7 @@
 
 Glue between reading (:mod:`torchgauge.harness.trace_import`), the breakdown
 (:mod:`torchgauge.harness.breakdown`), the kernel tables (:mod:`torchgauge.report.kernels`)
-and the bug rules (:mod:`torchgauge.compare.diagnose`); ``breakdown --trace`` and
+and the bug rules (:mod:`torchgauge.workflows.diagnose.rules`); ``breakdown --trace`` and
 ``diagnose --trace`` print what these return. Torch-free.
 """
 
@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare.diagnose import Finding, diagnose
-from .harness.breakdown import breakdown, step_breakdowns
-from .harness.events import ProfileTrace
-from .harness.trace_import import ImportedTrace, read_trace
-from .report.kernels import (
+from .diagnose.rules import Finding, diagnose
+from ..harness.breakdown import breakdown, step_breakdowns
+from ..harness.events import ProfileTrace
+from ..harness.trace_import import ImportedTrace, read_trace
+from ..report.kernels import (
     TOP_KERNELS,
     KernelRow,
     kernel_type_shares,

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from torchgauge.results.schema import RunConfig
-from torchgauge.stats.batch_search import BatchPoint, choose_batch_size
-from torchgauge.tune_batch import (
+from torchgauge.stats.batch_doubling import BatchPoint, choose_batch_size
+from torchgauge.workflows.tune_batch import (
     STORE_ENV,
     BatchSearch,
     BatchSizeStore,

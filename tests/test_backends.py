@@ -22,6 +22,7 @@ from torchgauge.backends import (
     list_backends,
 )
 from torchgauge.cli.run_cmd import run_command
+from torchgauge.config import RunOptions
 from torchgauge.measurement import measure
 from torchgauge.registry import create, load_model_file
 from torchgauge.results.schema import ResultsFile, RunConfig
@@ -182,6 +183,6 @@ def test_cli_run_records_options_compile_and_accuracy(tmp_path: Path) -> None:
     result = CliRunner().invoke(run_command, args)
     assert result.exit_code == 0, result.output
     (run,) = ResultsFile.from_dict(json.loads(out.read_text())).runs
-    assert run.status == "ok" and run.config.options == {"channels_last": True, "accuracy": True}
+    assert run.status == "ok" and run.config.options == RunOptions(channels_last=True, accuracy=True)
     assert run.metrics["compile"]["notes"] == "torchscript: scripted"
     assert run.metrics["accuracy"]["status"] == "pass" and len(run.metrics["time_ms"]["samples"]) == 2

@@ -214,7 +214,7 @@ def _build(config: "RunConfig", *, precision: str | None, backend: str) -> "Work
     if precision is None:
         apply_precision(workload, "fp32")  # TF32 off
         cast_workload(workload, torch.float64)
-        if config.options.get("channels_last"):
+        if config.options.channels_last:
             apply_channels_last(workload)
         return workload
     return apply_config(workload, config.with_(precision=precision, backend=backend))

@@ -16,9 +16,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from .results.schema import ResultsFile, RunRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import RunOptions
 
 __all__ = ["PANDAS_MISSING", "Results", "compare", "load", "run"]
 
@@ -87,12 +90,12 @@ def run(
     device: str = "cpu",
     precision: str = "fp32",
     backend: str = "eager",
-    batch_size: int | None = None,
+    batch_size: int | str | None = None,
     size: str = "full",
     repeat: int = 10,
     warmup: int = 3,
     metrics: Sequence[str] = ("time", "memory"),
-    options: dict[str, Any] | None = None,
+    options: "Mapping[str, Any] | RunOptions | None" = None,
     isolate: bool = True,
     timeout_s: float = 900.0,
     output: str | os.PathLike | None = None,
@@ -104,8 +107,10 @@ def run(
         models: names or fnmatch patterns (``"resnet*"``); case-insensitive when unambiguous;
             zoo names such as ``"timm:resnet50"`` work when the package is installed.
         mode: ``"train"``, ``"eval"`` or ``"both"``.
-        device, precision, backend, batch_size, size, repeat, warmup, metrics: as the CLI.
-        options: run options (``compile_mode``, ``dynamic``, ``compile_scope``, ``accuracy``, ...).
+        device, precision, backend, size, repeat, warmup, metrics: as the CLI.
+        batch_size: an integer, None (each model's default) or ``"auto"`` (``tune-batch``'s sizes).
+        options: :class:`torchgauge.config.RunOptions`, or a dict of its fields (``compile_mode``,
+            ``dynamic``, ``compile_scope``, ``accuracy``, ...); an unknown name is a ValueError.
         isolate: one worker process per run (timeouts and crashes become statuses); False
             runs in this process, which is faster for tiny models and easier to debug.
         timeout_s: per-run limit when isolated.
@@ -120,23 +125,23 @@ def run(
         >>> res[0].metrics["time_ms"]["median"]  # doctest: +SKIP
     """
     from . import __version__
+    from .config import RunConfig, RunOptions, Selection, plan
     from .harness.env import collect_env
     from .harness.metrics import validate_metrics
     from .registry import load_model_file
     from .runner import RunnerOptions, run_suite
-    from .suite import SuiteRequest, plan, select_models
 
     if mode not in ("train", "eval", "both"):
         raise ValueError(f"invalid mode {mode!r}; accepted: train, eval, both")
     files = tuple(str(Path(f).resolve()) for f in model_files)
     for path in files:
         load_model_file(path)
-    patterns = [models] if isinstance(models, str) else list(models)
-    request = SuiteRequest(
-        models=tuple(select_models(patterns)), modes=("train", "eval") if mode == "both" else (mode,), device=device,
-        precision=precision, backend=backend, batch_size=batch_size, size=size, repeat=repeat, warmup=warmup,
-        metrics=validate_metrics(tuple(metrics)), options=dict(options or {}),
-    )
+    patterns = (models,) if isinstance(models, str) else tuple(models)
+    run_options = options if isinstance(options, RunOptions) else RunOptions.from_dict(options or {})
+    base = RunConfig(model="", device=device, precision=precision, backend=backend, size=size, repeat=repeat,
+                     warmup=warmup, metrics=validate_metrics(tuple(metrics)), options=run_options)
+    configs = plan(Selection(patterns), base, modes=("train", "eval") if mode == "both" else (mode,),
+                   batch_size=batch_size)
     results = ResultsFile(env=collect_env(), torchgauge_version=__version__)
 
     def keep(record: RunRecord) -> None:
@@ -144,8 +149,8 @@ def run(
         if output is not None:
             results.write(output)
 
-    run_suite(plan(request), RunnerOptions(timeout_s=timeout_s, isolate=isolate, model_files=files), on_result=keep)
-    order = {c.label(): i for i, c in enumerate(plan(request))}
+    run_suite(configs, RunnerOptions(timeout_s=timeout_s, isolate=isolate, model_files=files), on_result=keep)
+    order = {c.label(): i for i, c in enumerate(configs)}
     results.runs.sort(key=lambda r: order.get(r.config.label(), len(order)))
     return Results(results, source="run")
 

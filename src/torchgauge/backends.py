@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from .config import BACKEND_OPTIONS, COMPILE_MODES, COMPILE_SCOPES, RunOptions
 from .workload import UnsupportedError, Workload
 
 __all__ = [
@@ -60,18 +61,12 @@ __all__ = [
     "apply_backend",
 ]
 
-# torch.compile modes accepted by options["compile_mode"]; "default" means mode=None.
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
-# options["compile_scope"]: what torch.compile wraps. "forward" (the default): the model's
-# forward only, backward and optimizer step stay eager; "step": the whole iteration (forward,
-# loss, backward, optimizer step), as the dynamo harness compiles its model_iter_fn.
-COMPILE_SCOPES = ("forward", "step")
-# RunConfig.options keys that only some backends read (BackendSpec.accepts).
-_BACKEND_OPTIONS = ("compile_mode", "dynamic", "compile_scope")
+# COMPILE_MODES / COMPILE_SCOPES: the values RunOptions accepts; BACKEND_OPTIONS: the
+# RunOptions fields only some backends read (BackendSpec.accepts). All live in torchgauge.config.
 # Break reasons kept in the record (the first line of each distinct reason).
 MAX_BREAK_REASONS = 20
 
-BackendFn = Callable[[Workload, Mapping[str, Any]], "CompileProbe | None"]
+BackendFn = Callable[[Workload, RunOptions], "CompileProbe | None"]
 
 
 class CompileError(RuntimeError):
@@ -133,7 +128,8 @@ def get_backend(name: str) -> BackendSpec:
         raise ValueError(f"unknown backend {name!r}; accepted: {', '.join(_BACKENDS)}") from None
 
 
-def apply_backend(workload: Workload, name: str, options: Mapping[str, Any] | None = None, *, warmup: int = 1) -> None:
+def apply_backend(workload: Workload, name: str, options: RunOptions | Mapping[str, Any] | None = None, *,
+                  warmup: int = 1) -> None:
     """Configure ``workload`` for backend ``name``; sets ``workload.compile_probe`` for compiled ones.
 
     Args:
@@ -148,13 +144,13 @@ def apply_backend(workload: Workload, name: str, options: Mapping[str, Any] | No
         CompileError: scripting and tracing both failed (torchscript).
     """
     spec = get_backend(name)
-    options = dict(options or {})
+    options = options if isinstance(options, RunOptions) else RunOptions.from_dict(options or {})
     if spec.devices is not None and workload.device.type not in spec.devices:
         raise UnsupportedError(f"backend {name!r} runs on {', '.join(spec.devices)} only, not {workload.device.type}")
     if spec.compiles and warmup < 1:
         raise ValueError(f"backend {name!r} compiles during warm-up; accepted: warmup >= 1")
-    for key in _BACKEND_OPTIONS:
-        if options.get(key) not in (None, "default", "forward") and key not in spec.accepts:
+    for key in BACKEND_OPTIONS:
+        if getattr(options, key) not in (None, "default", "forward") and key not in spec.accepts:
             takers = [b.name for b in _BACKENDS.values() if key in b.accepts]
             raise ValueError(f"option {key} does not apply to backend {name!r}; accepted with: {', '.join(takers)}")
     probe = spec.apply(workload, options)
@@ -263,17 +259,11 @@ def _uses_standard_step(workload: Workload) -> bool:
     return cls.step is Workload.step and own is base
 
 
-def _dynamo_compile(workload: Workload, backend: Any, name: str, options: Mapping[str, Any], **extra: Any) -> CompileProbe:
+def _dynamo_compile(workload: Workload, backend: Any, name: str, options: RunOptions, **extra: Any) -> CompileProbe:
     """Wrap the workload's forward (or its networks) with ``torch.compile``; compiles lazily."""
-    mode = options.get("compile_mode") or "default"
-    if mode not in COMPILE_MODES:
-        raise ValueError(f"invalid compile_mode {mode!r}; accepted: {', '.join(COMPILE_MODES)}")
-    dynamic = options.get("dynamic")
-    if dynamic not in (None, True, False):
-        raise ValueError(f"invalid dynamic {dynamic!r}; accepted: true, false or unset")
-    scope = options.get("compile_scope") or "forward"
-    if scope not in COMPILE_SCOPES:
-        raise ValueError(f"invalid compile_scope {scope!r}; accepted: {', '.join(COMPILE_SCOPES)}")
+    mode = options.compile_mode or "default"  # values checked by RunOptions
+    dynamic = options.dynamic
+    scope = options.compile_scope or "forward"
     kwargs: dict[str, Any] = {"backend": backend, "dynamic": dynamic, **extra}
     if backend == "inductor" and mode != "default":
         kwargs["mode"] = mode
@@ -302,28 +292,28 @@ def _dynamo_compile(workload: Workload, backend: Any, name: str, options: Mappin
 
 
 @register_backend("eager", "PyTorch eager mode (no compilation)", compiles=False)
-def _eager(workload: Workload, options: Mapping[str, Any]) -> None:
+def _eager(workload: Workload, options: RunOptions) -> None:
     return None
 
 
 @register_backend("inductor", "torch.compile with TorchInductor (compile_mode, dynamic)", accepts=("compile_mode", "dynamic", "compile_scope"))
-def _inductor(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
+def _inductor(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "inductor", "inductor", options)
 
 
 @register_backend("aot_eager", "dynamo + AOTAutograd, eager kernels (no code generation)", accepts=("dynamic", "compile_scope"))
-def _aot_eager(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
+def _aot_eager(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "aot_eager", "aot_eager", options)
 
 
 @register_backend("cudagraphs", "dynamo's CUDA-graph backend: forward captured and replayed", devices=("cuda",),
                   accepts=("dynamic", "compile_scope"))
-def _cudagraphs(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
+def _cudagraphs(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "cudagraphs", "cudagraphs", options)
 
 
 @register_backend("torchscript", "torch.jit.script of the module, torch.jit.trace where scripting fails")
-def _torchscript(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
+def _torchscript(workload: Workload, options: RunOptions) -> CompileProbe:
     module = workload.module
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -365,7 +355,7 @@ def _check_shares_parameters(original: nn.Module, compiled: nn.Module) -> None:
 
 # -- optional backends: registered only when their package is installed -------------------------
 def _optional_dynamo_backend(package: str, dynamo_name: str, name: str) -> BackendFn:
-    def apply(workload: Workload, options: Mapping[str, Any]) -> CompileProbe:
+    def apply(workload: Workload, options: RunOptions) -> CompileProbe:
         importlib.import_module(package)  # registers the dynamo backend as a side effect
         import torch._dynamo
 

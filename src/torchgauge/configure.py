@@ -1,13 +1,14 @@
 """Apply a run configuration's precision, memory format and backend to a fresh workload.
 
 The names come from the registries in :mod:`torchgauge.precision` and
-:mod:`torchgauge.backends`; ``RunConfig.options`` carries the extras:
+:mod:`torchgauge.backends`; ``RunConfig.options`` (a :class:`torchgauge.config.RunOptions`)
+carries the extras:
 
 - ``channels_last`` (bool): channels-last memory format for convolutional models.
 - ``compile_mode`` (``default`` | ``reduce-overhead`` | ``max-autotune``) and ``dynamic``
   (bool or unset): passed to ``torch.compile`` by the dynamo backends.
 - ``compile_scope`` (``forward`` | ``step``): what the dynamo backends compile, the forward or
-  the whole iteration (:data:`torchgauge.backends.COMPILE_SCOPES`).
+  the whole iteration (:data:`torchgauge.config.COMPILE_SCOPES`).
 - ``accuracy`` (bool): read by the runner, which checks the run against an eager fp64
   reference after measuring (:mod:`torchgauge.accuracy`).
 
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .backends import COMPILE_MODES, apply_backend, list_backends
+from .backends import apply_backend, list_backends
+from .config import COMPILE_MODES
 from .precision import apply_channels_last, apply_precision, list_precisions
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .results.schema import RunConfig
+    from .config import RunConfig
     from .workload import Workload
 
 __all__ = ["apply_config", "build_workload", "PRECISIONS", "BACKENDS", "COMPILE_MODES"]
@@ -39,11 +41,10 @@ def apply_config(workload: "Workload", config: "RunConfig") -> "Workload":
         ValueError: an unknown precision, backend or option value (names what is accepted).
         UnsupportedError: the model or device cannot run this configuration.
     """
-    options = config.options
     apply_precision(workload, config.precision)
-    if options.get("channels_last"):
+    if config.options.channels_last:
         apply_channels_last(workload)
-    apply_backend(workload, config.backend, options, warmup=config.warmup)
+    apply_backend(workload, config.backend, config.options, warmup=config.warmup)
     return workload
 
 

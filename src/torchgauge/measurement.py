@@ -111,12 +111,12 @@ def _divergence_reason(workload: "Workload", steps: int, precision: str) -> str 
 
 
 def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
-    """The run's adaptive-repeat rule (``options["adaptive"]``: target and max_repeat; the
+    """The run's adaptive-repeat rule (``options.adaptive``: target and max_repeat; the
     config's ``repeat`` is the minimum), or None for a fixed ``repeat``."""
-    spec = config.options.get("adaptive")
-    if not spec:
+    spec = config.options.adaptive
+    if spec is None:
         return None
-    return AdaptiveRule(target=float(spec["target"]), min_repeat=config.repeat, max_repeat=int(spec["max_repeat"]))
+    return AdaptiveRule(target=float(spec.target), min_repeat=config.repeat, max_repeat=spec.max_repeat)
 
 
 def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]) -> TimingSamples:

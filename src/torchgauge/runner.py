@@ -179,7 +179,7 @@ def execute(config: RunConfig) -> RunRecord:
         record = measure(workload, config=config)
         record.domain = domain
         record.phases_s = {"build": round(build_s, 4), **record.phases_s}
-        if config.options.get("accuracy"):
+        if config.options.accuracy:
             del workload  # the check builds fresh workloads from the seed; free this one first
             _add_accuracy(record)
         return record

@@ -1,7 +1,6 @@
-"""Plan and run a suite: patterns -> RunConfigs -> isolated runs -> a results file on disk.
+"""Select models and run a suite: patterns -> names; RunConfigs -> isolated runs -> a results file on disk.
 
-The CLI parses its arguments once into a :class:`SuiteRequest` and calls these functions;
-Python users can call them directly.
+Planning (names, modes and a base configuration -> RunConfigs) is :func:`torchgauge.config.plan`.
 """
 
 from __future__ import annotations
@@ -9,13 +8,13 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import fnmatch
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .results.schema import DEFAULT_METRICS, PASSING_STATUSES, ResultsFile, RunConfig, RunRecord
+from .config import RunConfig
+from .results.schema import PASSING_STATUSES, ResultsFile, RunRecord
 
-__all__ = ["DEVICE_MISSING_EXIT_CODE", "SuiteRequest", "select_models", "parse_shard", "plan", "run_and_save",
+__all__ = ["DEVICE_MISSING_EXIT_CODE", "SelectionError", "select_models", "parse_shard", "run_and_save",
            "default_output_path", "exit_code"]
 
 # Exit code when every selected run was skipped because the requested device is missing:
@@ -92,53 +91,6 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if not 1 <= i <= n:
         raise ValueError(f"invalid shard {text!r}; accepted: i/n with 1 <= i <= n, e.g. 2/4")
     return i, n
-
-
-@dataclass(frozen=True)
-class SuiteRequest:
-    """Everything ``torchgauge run`` was asked for, typed."""
-
-    models: tuple[str, ...]
-    modes: tuple[str, ...] = ("train", "eval")
-    device: str = "cpu"
-    precision: str = "fp32"
-    backend: str = "eager"
-    batch_size: int | None = None
-    size: str = "full"
-    repeat: int = 10
-    warmup: int = 3
-    seed: int = 0
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    options: dict[str, Any] = field(default_factory=dict)
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-    shard: tuple[int, int] | None = None
-
-
-def plan(request: SuiteRequest) -> list[RunConfig]:
-    """One RunConfig per (model, mode), restricted to the request's shard of models."""
-    models = list(request.models)
-    if request.shard:
-        i, n = request.shard
-        models = models[i - 1 :: n]
-    return [
-        RunConfig(
-            model=m,
-            mode=mode,
-            device=request.device,
-            precision=request.precision,
-            backend=request.backend,
-            batch_size=request.batch_size,
-            size=request.size,
-            repeat=request.repeat,
-            warmup=request.warmup,
-            seed=request.seed,
-            metrics=request.metrics,
-            options=request.options,
-            model_kwargs=request.model_kwargs,
-        )
-        for m in models
-        for mode in request.modes
-    ]
 
 
 def default_output_path(directory: str | Path = "torchgauge-results") -> Path:

@@ -24,21 +24,6 @@ def _batch_size(ctx: click.Context, param: click.Parameter, value: str | None) -
     return size
 
 
-def _tuned_batch_sizes(configs: list, kw: dict, term) -> list:
-    """--batch-size auto: eval runs take the size stored by tune-batch for this device."""
-    from ..workflows.tune_batch import BatchSizeStore, StoreError, apply_tuned_batch_sizes, device_name
-
-    try:
-        name = device_name(str(kw["device"]))
-        configs, missing = apply_tuned_batch_sizes(configs, BatchSizeStore(kw["batch_store"]), name)
-    except (StoreError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    if missing:
-        term.warning(f"no tuned batch size on {name} ({configs[0].size}) for {', '.join(missing)}; "
-                     "using the default (run `torchgauge tune-batch` first)")
-    return configs
-
-
 def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
     out: dict[str, object] = {}
     for item in items:
@@ -140,24 +125,16 @@ def run_command(**kw: object) -> None:
     from ..executors.ray_cluster import ClusterError
     from ..report.escape import terminal_text
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_rows
-    from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code, plan, run_and_save
+    from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code
     from ..report.progress import SuiteProgress
     from . import interrupt_exit_code
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
-    request, runner_options, output = _parse(kw)
-    configs = plan(request)
-    if kw["batch_size"] == "auto":
-        configs = _tuned_batch_sizes(configs, kw, term)
-    if kw["csv_path"]:
-        from ..compare.dynamo_perf import with_eager_baseline
-
-        configs = with_eager_baseline(configs)
-    configs = [c for _ in range(kw["rounds"]) for c in configs]  # round-major: load drift hits every config alike
+    configs, selected, runner_options, output = _parse(kw, term)
     if not configs:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
-    term.info(f"running {len(configs)} configurations of {len(request.models)} models -> {output}")
+    term.info(f"running {len(configs)} configurations of {selected} models -> {output}")
     if runner_options.jobs > 1:
         term.warning(f"--jobs {runner_options.jobs}: runs overlap and share the CPUs, so their timings are not "
                      "comparable with each other or with a --jobs 1 run; use it for smoke checks of outcomes only")
@@ -167,55 +144,30 @@ def run_command(**kw: object) -> None:
     except ClusterError as exc:
         executor.close()
         raise click.ClickException(str(exc)) from None
-    store, suite_id = _open_store(kw, env)
-    finished: list = []
-    not_stored: list[str] = []
+    suite = _suite_run(kw, configs, output, env)
     counts = SuiteProgress(total=len(configs))
-
-    def store_run(r) -> str:
-        """Store one run; a failure (a lock held too long, a damaged file) is a warning."""
-        try:  # each run in its own transaction: a crash keeps the finished ones
-            store.add_run(suite_id, r)
-            return ""
-        except Exception as exc:  # StoreError or worse: the results file still has the run
-            not_stored.append(r.config.label())
-            term.warning(f"{r.config.label()} not stored in {store.path}: {exc}")
-            return "  (not stored)"
-
     try:
         with term.progress() as progress, _warnings_to(term):
             task = progress.add_task("torchgauge", total=len(configs), current="")
 
-            def on_result(r) -> None:
-                finished.append(r)
-                mark = store_run(r) if store is not None else ""
+            def on_result(r, mark: str) -> None:
                 counts.add(r)
                 progress.advance(task)
                 progress.console.print(terminal_text(counts.count_line(r)) + mark, highlight=False, markup=False,
                                        soft_wrap=True)
 
-            results = run_and_save(
-                configs,
-                runner_options,
-                output,
-                env=env,
-                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
-                on_result=on_result,
-                executor=executor,
-            )
-        if store is not None:
-            _finish_stored(store, suite_id, not_stored, term)
+            results = suite.run(runner_options, env=env, executor=executor, on_result=on_result,
+                                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
+                                warn=term.warning, info=term.info)
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what was kept
         code = interrupt_exit_code(exc)
-        term.error(_saved_message(f"interrupted by {signal.Signals(code - 128).name}", len(finished), len(configs),
-                                  output, store, suite_id, not_stored))
+        term.error(suite.saved_message(f"interrupted by {signal.Signals(code - 128).name}"))
         raise click.exceptions.Exit(code) from None
     finally:
         executor.close()
-        if store is not None:
-            store.close()
+        suite.close()
     if kw["executor"] != "local":
         from ..executors import count_runs_by_host
 
@@ -255,28 +207,6 @@ def _warnings_to(term) -> Iterator[None]:
         yield
 
 
-def _finish_stored(store, suite_id: int, not_stored: list[str], term) -> None:
-    """Mark the stored suite complete and say where it is (or what it lacks)."""
-    from ..results.store import StoreError
-
-    try:
-        store.finish_suite(suite_id)
-    except StoreError as exc:
-        term.warning(f"run {suite_id} in {store.path} stays marked incomplete: {exc}")
-    missing = f"; {len(not_stored)} run(s) not stored: {', '.join(not_stored)}" if not_stored else ""
-    (term.warning if not_stored else term.info)(f"stored as run {suite_id} in {store.path}{missing}")
-
-
-def _saved_message(what: str, finished: int, total: int, output: Path, store, suite_id: int | None,
-                   not_stored: list[str]) -> str:
-    """What an interrupted run kept: ``interrupted by SIGINT: 3 of 10 runs finished, saved in ...``."""
-    parts = [f"{what}: {finished} of {total} run(s) finished and saved in {output} (marked incomplete)"]
-    if store is not None:
-        stored = finished - len(not_stored)
-        parts.append(f"{stored} stored as incomplete run {suite_id} in {store.path}")
-    return "; ".join(parts)
-
-
 def _executor(kw: dict, term):
     """The executor --executor names; cluster options only with the ray executor."""
     from ..executors import create_executor
@@ -296,118 +226,85 @@ def _executor(kw: dict, term):
         raise click.BadParameter(str(exc), param_hint="--device") from None
 
 
-def _open_store(kw: dict, env: dict) -> tuple:
-    """(Store, run id) when --db (or TORCHGAUGE_DB) asks for storing, else (None, None)."""
-    if not kw["db"] or kw["no_db"]:
-        return None, None
-    from .. import __version__
+def _suite_run(kw: dict, configs: list, output: Path, env: dict):
+    """The SuiteRun, storing in the history database when --db (or TORCHGAUGE_DB) asks for it."""
     from ..results.store import StoreError
-    from ..results.stores import open_store
+    from ..workflows.suite_run import SuiteRun, open_history
 
+    if not kw["db"] or kw["no_db"]:
+        return SuiteRun(configs, output)
     try:
-        store = open_store(kw["db"])
-        return store, store.begin_suite(env, source="run", torchgauge_version=__version__)
+        store, suite_id = open_history(kw["db"], env)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    return SuiteRun(configs, output, store, suite_id)
 
 
-def _backend_options(kw: dict) -> dict[str, object]:
-    """The precision/backend keys of RunConfig.options, validated against the backend registry."""
-    from ..backends import COMPILE_MODES, get_backend
-
-    spec = get_backend(str(kw["backend"]))
-    if spec.compiles and kw["warmup"] < 1:
-        raise click.BadParameter(f"{kw['warmup']}: backend {spec.name} compiles during warm-up; accepted: >= 1",
-                                 param_hint="--warmup")
-    options: dict[str, object] = {}
-    if kw["channels_last"]:
-        options["channels_last"] = True
-    if kw["compile_mode"] is not None:
-        if kw["compile_mode"] not in COMPILE_MODES:
-            raise click.BadParameter(f"{kw['compile_mode']!r}; accepted: {', '.join(COMPILE_MODES)}", param_hint="--compile-mode")
-        options["compile_mode"] = kw["compile_mode"]
-    if kw["dynamic"] is not None:
-        options["dynamic"] = kw["dynamic"]
-    if "compile_scope" in spec.accepts:  # recorded for every dynamo backend, the default too
-        options["compile_scope"] = kw["compile_scope"]
-    elif kw["compile_scope"] != "forward":
-        raise click.BadParameter(f"does not apply to backend {spec.name}", param_hint="--compile-scope")
-    for key, flag in (("compile_mode", "--compile-mode"), ("dynamic", "--dynamic")):
-        if key in options and key not in spec.accepts:
-            raise click.BadParameter(f"does not apply to backend {spec.name}", param_hint=flag)
-    if kw["accuracy"]:
-        options["accuracy"] = True
-    return options
+_FLAGS = {"dynamic": "--dynamic", "max_repeat": "--max-repeat"}  # else "--" + option with dashes
 
 
-def _counting_options(kw: dict) -> dict[str, object]:
-    """``leak_iterations`` / ``instruction_steps`` for RunConfig.options, validated (ValueError)."""
-    from ..harness.instructions import instruction_steps
-    from ..harness.leak import leak_iterations
-
-    options: dict[str, object] = {}
-    if kw.get("leak_iterations") is not None:
-        options["leak_iterations"] = leak_iterations({"leak_iterations": kw["leak_iterations"]})
-    if kw.get("instruction_steps") is not None:
-        options["instruction_steps"] = instruction_steps({"instruction_steps": kw["instruction_steps"]})
-    return options
+def _bad_parameter(exc) -> click.BadParameter:
+    """A ConfigError as a usage error naming the flag of the option it is about."""
+    return click.BadParameter(str(exc), param_hint=_FLAGS.get(exc.option, "--" + exc.option.replace("_", "-")))
 
 
-def _adaptive_options(kw: dict) -> dict[str, object]:
-    """``adaptive`` for RunConfig.options, validated by the rule itself (ValueError)."""
-    if kw.get("adaptive") is None:
-        return {}
-    from ..stats.adaptive import AdaptiveRule
+def _options(kw: dict, metrics: tuple[str, ...]):
+    """RunOptions from the flags, checked against the backend: (options, metrics with breakdown if profiling)."""
+    from ..config import Adaptive, backend_options
 
-    rule = AdaptiveRule(target=kw["adaptive"], min_repeat=kw["repeat"], max_repeat=kw["max_repeat"])
-    return {"adaptive": {"target": rule.target, "max_repeat": rule.max_repeat}}
+    extras: dict[str, object] = {}
+    if kw["profile_dir"]:  # the trace comes from the breakdown's profiled pass
+        extras["profile_dir"] = str(Path(kw["profile_dir"]).resolve())
+        metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
+    if kw["adaptive"] is not None:
+        extras["adaptive"] = Adaptive(kw["adaptive"], kw["max_repeat"])
+    options = backend_options(str(kw["backend"]), warmup=kw["warmup"], compile_scope=kw["compile_scope"],
+                              channels_last=bool(kw["channels_last"]), compile_mode=kw["compile_mode"],
+                              dynamic=kw["dynamic"], accuracy=bool(kw["accuracy"]),
+                              leak_iterations=kw["leak_iterations"], instruction_steps=kw["instruction_steps"], **extras)
+    return options, metrics
 
 
-def _parse(kw: dict) -> tuple:
-    """Turn raw click values into (SuiteRequest, RunnerOptions, output path); one-line errors."""
-    from ..configure import BACKENDS, PRECISIONS
+def _parse(kw: dict, term) -> tuple:
+    """Raw click values -> (planned RunConfigs, number of selected models, RunnerOptions, output path)."""
+    from ..compare.dynamo_perf import with_eager_baseline
+    from ..config import ConfigError, RunConfig, Selection, check_names, plan
     from ..harness.metrics import validate_metrics
     from ..harness.threads import parse_threads
     from ..registry import load_model_file
     from ..runner import RunnerOptions
-    from ..suite import SelectionError, SuiteRequest, default_output_path, parse_shard, select_models
+    from ..suite import SelectionError, default_output_path, parse_shard
+    from ..workflows.tune_batch import StoreError
 
     for path in kw["model_files"]:
         load_model_file(path)
-    if kw["precision"] not in PRECISIONS:
-        raise click.BadParameter(f"{kw['precision']!r}; accepted: {', '.join(PRECISIONS)}", param_hint="--precision")
-    if kw["backend"] not in BACKENDS:
-        raise click.BadParameter(f"{kw['backend']!r}; accepted: {', '.join(BACKENDS)}", param_hint="--backend")
-    options: dict[str, object] = _backend_options(kw)
     try:
-        metrics = validate_metrics(split_csv(str(kw["metrics"])))
-        if kw.get("profile_dir"):  # the trace comes from the breakdown's profiled pass
-            options["profile_dir"] = str(Path(kw["profile_dir"]).resolve())
-            metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
-        options.update(_counting_options(kw))
-        options.update(_adaptive_options(kw))
-        shard = parse_shard(kw["shard"])
+        check_names(str(kw["precision"]), str(kw["backend"]))
+        options, metrics = _options(kw, validate_metrics(split_csv(str(kw["metrics"]))))
+    except ConfigError as exc:
+        raise _bad_parameter(exc) from None
+    except ValueError as exc:  # an unknown metric
+        raise click.UsageError(str(exc)) from None
+    try:
+        selection = Selection(tuple(kw["patterns"]), tuple(kw["exclude"]), tuple(kw["domain"]), tuple(kw["tags"]),
+                              parse_shard(kw["shard"]))
         threads = parse_threads(kw["threads"])
-        models = select_models(kw["patterns"], exclude=kw["exclude"], domain=kw["domain"], tags=kw["tags"])
+        selected = len(selection.matching())
     except (ValueError, SelectionError) as exc:
         raise click.UsageError(str(exc)) from None
+    base = RunConfig(model="", device=kw["device"], precision=kw["precision"], backend=kw["backend"],
+                     size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], seed=kw["seed"], metrics=metrics,
+                     options=options, model_kwargs=_parse_model_kwargs(kw["model_args"]))
     modes = ("train", "eval") if kw["mode"] == "both" else (kw["mode"],)
-    request = SuiteRequest(
-        models=tuple(models),
-        modes=modes,
-        device=kw["device"],
-        precision=kw["precision"],
-        backend=kw["backend"],
-        batch_size=None if kw["batch_size"] == "auto" else kw["batch_size"],
-        size=kw["size"],
-        repeat=kw["repeat"],
-        warmup=kw["warmup"],
-        seed=kw["seed"],
-        metrics=metrics,
-        model_kwargs=_parse_model_kwargs(kw["model_args"]),
-        shard=shard,
-        options=options,
-    )
+    try:
+        configs = plan(selection, base, modes=modes, rounds=kw["rounds"], batch_size=kw["batch_size"],
+                       batch_store=kw["batch_store"], on_note=term.warning)
+    except ConfigError as exc:
+        raise _bad_parameter(exc) from None
+    except (StoreError, ValueError) as exc:  # the batch store, or no CUDA device for its name
+        raise click.ClickException(str(exc)) from None
+    if kw["csv_path"]:
+        configs = with_eager_baseline(configs)
     runner_options = RunnerOptions(
         timeout_s=kw["timeout"],
         memory_limit_mb=kw["memory_limit"],
@@ -420,4 +317,4 @@ def _parse(kw: dict) -> tuple:
         isolation=kw["isolation"],
     )
     output = Path(kw["output"]) if kw["output"] else default_output_path()
-    return request, runner_options, output
+    return configs, selected, runner_options, output

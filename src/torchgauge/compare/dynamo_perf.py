@@ -148,8 +148,7 @@ def with_eager_baseline(configs: Sequence[RunConfig]) -> list[RunConfig]:
     out: list[RunConfig] = []
     for config in configs:
         if config.backend != "eager":
-            options = {k: v for k, v in config.options.items() if k not in _CANDIDATE_ONLY_OPTIONS}
-            out.append(config.with_(backend="eager", options=options))
+            out.append(config.with_(backend="eager", options=config.options.without(*_CANDIDATE_ONLY_OPTIONS)))
         out.append(config)
     return out
 

@@ -208,12 +208,12 @@ def step_windows(trace: ProfileTrace) -> list[Interval]:
 @register_metric("breakdown", "profiled pass: GPU active / data movement / idle (CPU: ATen vs overhead)")
 def collect_breakdown(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """Profile PROFILE_STEPS steps (no Python stacks, to keep the tracer's cost out of the
-    gaps) and, when ``options["profile_dir"]`` is set, a second pass exported as a Chrome trace
+    gaps) and, when ``config.options.profile_dir`` is set, a second pass exported as a Chrome trace
     with shapes and stacks."""
     from .profile import profile_workload, trace_file_path
 
     record = breakdown(profile_workload(workload, steps=PROFILE_STEPS, with_stack=False))
-    profile_dir = config.options.get("profile_dir")
+    profile_dir = config.options.profile_dir
     if profile_dir:
         path = trace_file_path(profile_dir, config.label())
         profile_workload(workload, steps=PROFILE_STEPS, with_stack=True, trace_path=path)

@@ -28,7 +28,7 @@ counts taken with the same ``warmup`` and ``instruction_steps``.
 
 CPU device only (valgrind does not run CUDA drivers reliably). When valgrind is missing or
 the platform is unsupported, the metric raises :class:`~torchgauge.workload.UnsupportedError`.
-``RunConfig.options["instruction_steps"]`` sets the counted steps (default
+``RunConfig.options.instruction_steps`` sets the counted steps (default
 :data:`DEFAULT_INSTRUCTION_STEPS`).
 """
 
@@ -251,7 +251,7 @@ def _instrumentation_on(control: str) -> None:
 @register_metric("instructions", "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)")
 def collect_instructions(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """Count ``instruction_steps`` steps of a fresh copy of this run under callgrind."""
-    n = instruction_steps(dict(config.options))
+    n = config.options.instruction_steps or DEFAULT_INSTRUCTION_STEPS  # validated by RunOptions
     (total,) = count_instructions(config, (n,))
     record = {"per_step": round(total / n), "steps": n, "total": total, "tool": "callgrind", "threads": 1}
     return {"instructions": record}

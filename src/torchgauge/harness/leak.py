@@ -7,7 +7,7 @@ cache, so a cache that grows and is reused is not mistaken for a leak). The seri
 persistent growth across windows. The TorchBench paper's CI found a cuBLAS workspace that
 was never freed this way (sec. 4.2).
 
-``RunConfig.options["leak_iterations"]`` sets N (default :data:`DEFAULT_LEAK_ITERATIONS`).
+``RunConfig.options.leak_iterations`` sets N (default :data:`DEFAULT_LEAK_ITERATIONS`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def sample_memory(step: Callable[[], Any], iterations: int, device: Any) -> Memo
 @register_metric("leak", "CPU RSS / GPU allocated growth per iteration over N steps, and a leak flag")
 def collect_leak(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """N extra steps; leaking when CPU or GPU memory grows beyond tolerance, persistently."""
-    n = leak_iterations(dict(config.options))
+    n = config.options.leak_iterations or DEFAULT_LEAK_ITERATIONS  # validated by RunOptions
     series = sample_memory(workload.step, n, workload.device)
     cpu = detect_leak(series.cpu_mb, tolerance=CPU_TOLERANCE_MB_PER_ITER)
     gpu = detect_leak(series.gpu_mb, tolerance=GPU_TOLERANCE_MB_PER_ITER) if series.gpu_mb is not None else None

@@ -1,4 +1,5 @@
-"""The results schema: run configurations, run records and results files (versioned JSON).
+"""The results schema: run records and results files as versioned JSON, checked and migrated on load
+(the run configuration itself is :class:`torchgauge.config.RunConfig`).
 
 A results file is the exchange format (``torchgauge run --output``, ``show``, ``compare``)::
 
@@ -31,22 +32,15 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "STATUSES",
-    "PASSING_STATUSES",
-    "RunConfig",
-    "RunRecord",
-    "ResultsFile",
-    "ResultsWriteError",
-    "SchemaError",
-    "load_results",
-    "migrate",
-]
+from ..config import ConfigError, RunConfig
+
+# RunConfig is re-exported: modules that read records import it from here too.
+__all__ = ["SCHEMA_VERSION", "STATUSES", "PASSING_STATUSES", "RunConfig", "RunRecord", "ResultsFile",
+           "ResultsWriteError", "SchemaError", "load_results", "migrate"]
 
 SCHEMA_VERSION = 1
 # fail_accuracy / eager_nondeterministic: the run was measured (time metrics kept) but its
@@ -56,7 +50,6 @@ STATUSES = ("ok", "error", "oom", "timeout", "unsupported", "skipped", "fail_acc
 # Statuses that do not fail a suite run (CLI exit code 0). fail_accuracy fails it: a fast
 # wrong answer is a failure; eager_nondeterministic does not, the backend is not at fault.
 PASSING_STATUSES = frozenset({"ok", "unsupported", "skipped", "eager_nondeterministic"})
-DEFAULT_METRICS = ("time", "memory")
 
 
 class SchemaError(ValueError):
@@ -133,41 +126,6 @@ def _check_run(doc: Any, where: str) -> None:
     _check_metrics(doc.get("metrics") or {}, where)
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """What to run: one model in one configuration. Immutable; picklable for workers."""
-
-    model: str
-    mode: str = "train"  # "train" | "eval"
-    device: str = "cpu"
-    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | amp
-    backend: str = "eager"  # eager | inductor | aot_eager | torchscript | cudagraphs | ...
-    batch_size: int | None = None  # None: the model's default for the mode
-    size: str = "full"  # "full" | "smoke"
-    repeat: int = 10  # timed iterations (the paper's setting)
-    warmup: int = 3  # untimed iterations before timing (compilation happens here)
-    seed: int = 0
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    options: Mapping[str, Any] = field(default_factory=dict)  # backend/precision extras
-    model_kwargs: Mapping[str, Any] = field(default_factory=dict)  # architecture overrides
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "metrics", tuple(self.metrics))
-        object.__setattr__(self, "options", dict(self.options))
-        object.__setattr__(self, "model_kwargs", dict(self.model_kwargs))
-
-    def label(self) -> str:
-        """Short human label, e.g. ``resnet50/eval/cpu/fp32/eager``."""
-        return f"{self.model}/{self.mode}/{self.device}/{self.precision}/{self.backend}"
-
-    def key(self) -> tuple:
-        """Identity used to match runs across results: (model, mode, device, precision, backend, batch_size)."""
-        return (self.model, self.mode, self.device, self.precision, self.backend, self.batch_size)
-
-    def with_(self, **changes: Any) -> "RunConfig":
-        return replace(self, **changes)
-
-
 _CONFIG_FIELDS = tuple(f.name for f in fields(RunConfig))
 
 
@@ -225,7 +183,7 @@ class RunRecord:
             "repeat": c.repeat,
             "warmup": c.warmup,
             "seed": c.seed,
-            "options": dict(c.options),
+            "options": c.options.to_dict(),
             "model_kwargs": dict(c.model_kwargs),
             "started_at": self.started_at,
             "wall_s": self.wall_s,
@@ -248,8 +206,12 @@ class RunRecord:
         cfg_values["batch_size"] = doc.get("requested_batch_size", doc.get("batch_size"))
         if "requested_metrics" in doc:
             cfg_values["metrics"] = tuple(doc["requested_metrics"])
+        try:
+            config = RunConfig(**cfg_values)
+        except ConfigError as exc:
+            raise SchemaError(f"{where}: {exc}") from None
         return cls(
-            config=RunConfig(**cfg_values),
+            config=config,
             status=doc["status"],
             domain=doc.get("domain", ""),
             error=doc.get("error"),
@@ -358,6 +320,8 @@ class ResultsWriteError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
 # The fields of a planned configuration in the results file: a run's identity (RunConfig.key)
 # plus its size; the shared settings (repeat, metrics, ...) are in the run records.
 _PLANNED_FIELDS = ("model", "mode", "device", "precision", "backend", "batch_size", "size")

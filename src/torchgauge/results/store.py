@@ -355,7 +355,7 @@ class Store:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (suite_id, env_id, c.model, record.domain, c.mode, c.device, c.precision, c.backend,
              record.batch_size, c.batch_size, c.size, c.repeat, c.warmup, c.seed, record.status, record.error,
-             record.started_at, record.wall_s, _dumps(list(c.metrics)), _dumps(dict(c.options)),
+             record.started_at, record.wall_s, _dumps(list(c.metrics)), _dumps(c.options.to_dict()),
              _dumps(dict(c.model_kwargs)), _dumps(metrics), _dumps(samples)),
         )
         return int(cur.lastrowid)

@@ -440,11 +440,12 @@ class MeasureSpec:
 
     def configs(self) -> list[RunConfig]:
         """One RunConfig per (model, mode), as ``torchgauge run`` plans them."""
-        from ..suite import SuiteRequest, plan
+        from ..config import plan
 
-        return plan(SuiteRequest(models=self.models, modes=self.modes, device=self.device, precision=self.precision,
-                                 backend=self.backend, batch_size=self.batch_size, size=self.size,
-                                 repeat=self.repeat, warmup=self.warmup, metrics=(self.metric,)))
+        base = RunConfig(model="", device=self.device, precision=self.precision, backend=self.backend,
+                         batch_size=self.batch_size, size=self.size, repeat=self.repeat, warmup=self.warmup,
+                         metrics=(self.metric,))
+        return plan(self.models, base, modes=self.modes)
 
     def identity(self) -> str:
         """Cache key part: the spec plus the model files' contents (an edited file re-measures)."""

@@ -101,6 +101,10 @@ def _check_option(name: str, value: Any) -> None:
         raise ConfigError(name, f"invalid {name} {value!r}; accepted: {words}")
 
 
+# RunOptions fields that are on or off: absent from the JSON when off.
+_FLAGS = ("channels_last", "accuracy")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """Backend, precision and metric extras of a run; every field None/False when not asked for.
@@ -144,11 +148,12 @@ class RunOptions:
         return cls(**values, unknown=extra)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON ``options`` object: set fields only (False/None ones are absent)."""
+        """The JSON ``options`` object: set fields only (None and the flags' False are absent;
+        ``dynamic: false`` is a choice and is kept)."""
         doc: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "unknown" or value is None or value is False:
+            if f.name == "unknown" or value is None or (value is False and f.name in _FLAGS):
                 continue
             doc[f.name] = {"target": value.target, "max_repeat": value.max_repeat} if f.name == "adaptive" else value
         doc.update(self.unknown)
@@ -156,7 +161,7 @@ class RunOptions:
 
     def without(self, *names: str) -> "RunOptions":
         """These options back to unset (e.g. an eager baseline drops the compiler's)."""
-        return replace(self, **{n: None if n not in ("channels_last", "accuracy") else False for n in names})
+        return replace(self, **{n: False if n in _FLAGS else None for n in names})
 
 
 @dataclass(frozen=True)
@@ -205,19 +210,21 @@ def check_names(precision: str, backend: str) -> None:
         raise ConfigError("backend", f"invalid backend {backend!r}; accepted: {', '.join(BACKENDS)}")
 
 
-def backend_options(backend: str, *, warmup: int = 1, compile_scope: str = "forward", **values: Any) -> RunOptions:
+def backend_options(backend: str, *, warmup: int | None = None, compile_scope: str = "forward",
+                    **values: Any) -> RunOptions:
     """The RunOptions of a run on ``backend``, checked against what the backend accepts.
 
     ``compile_scope`` is recorded for every backend that reads it (the default too) and must
     stay ``forward`` for the others; ``values`` are further RunOptions fields.
 
     Raises:
-        ConfigError: a compiling backend with ``warmup < 1``, or an option the backend does not read.
+        ConfigError: a compiling backend with ``warmup < 1`` (when ``warmup`` is given), or an
+            option the backend does not read.
     """
     from .backends import get_backend
 
     spec = get_backend(backend)
-    if spec.compiles and warmup < 1:
+    if spec.compiles and warmup is not None and warmup < 1:
         raise ConfigError("warmup", f"{warmup}: backend {spec.name} compiles during warm-up; accepted: >= 1")
     options = RunOptions(**values)
     if "compile_scope" in spec.accepts:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 from pathlib import Path
 
@@ -10,8 +9,7 @@ import click
 
 from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
 
-DEFAULT_BASELINE = "eager"
-DEFAULT_CANDIDATE = "inductor"
+from ..workflows.compare_backends import DEFAULT_BASELINE, DEFAULT_CANDIDATE
 
 
 @click.command("compare-backends")
@@ -54,28 +52,23 @@ def compare_backends_command(**kw: object) -> None:
     candidate is faster or uses less memory. To compare with the HUD's inductor numbers, use
     --compile-scope step (the dynamo harness compiles the whole training iteration).
     """
-    from ..compare.backend_ratios import compare_backends, select_backend
+    from ..compare.backend_ratios import compare_backends
     from ..compare.matching import CompareError
-    from ..results.schema import SchemaError, load_results
+    from ..config import ConfigError
+    from ..results.schema import SchemaError
+    from ..workflows.compare_backends import read_backend_pair
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
     try:
         if kw["from_files"]:
             if kw["patterns"]:
-                raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, not both")
+                raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, "
+                                       "not both")
             if kw["compile_scope"] != "forward":
                 raise click.UsageError("--compile-scope applies when running; results files record theirs in options")
-            base_path, cand_path = kw["from_files"]
-            baseline, candidate = kw["baseline"], kw["candidate"]
-            base_runs = select_backend(load_results(base_path).runs, baseline, base_path)
-            cand_runs = select_backend(load_results(cand_path).runs, candidate, cand_path)
-            baseline = baseline or _single_backend(base_runs, base_path)
-            candidate = candidate or _single_backend(cand_runs, cand_path)
-            if baseline == candidate:  # e.g. two eager files from two torch builds: name the files
-                tags = (Path(base_path).stem, Path(cand_path).stem)
-                tags = tags if tags[0] != tags[1] else ("baseline", "candidate")
-                baseline, candidate = f"{baseline} ({tags[0]})", f"{candidate} ({tags[1]})"
+            base_runs, cand_runs, baseline, candidate = read_backend_pair(*kw["from_files"], kw["baseline"],
+                                                                          kw["candidate"])
         else:
             if not kw["patterns"]:
                 raise click.UsageError("give model PATTERNS to run, or --from BASE.json CAND.json")
@@ -83,6 +76,10 @@ def compare_backends_command(**kw: object) -> None:
             candidate = kw["candidate"] or DEFAULT_CANDIDATE
             base_runs, cand_runs = _run_both(kw, baseline, candidate, term)
         cmp = compare_backends(base_runs, cand_runs, baseline=baseline, candidate=candidate)
+    except ConfigError as exc:
+        if exc.option in ("baseline", "candidate") and kw["from_files"]:  # a file with several backends
+            raise click.UsageError(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="--" + exc.option.replace("_", "-")) from None
     except (SchemaError, CompareError) as exc:
         raise click.ClickException(str(exc)) from None
     _report(cmp, kw, term)
@@ -91,74 +88,29 @@ def compare_backends_command(**kw: object) -> None:
         term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
 
 
-def _single_backend(runs, path: str) -> str:
-    names = sorted({r.config.backend for r in runs})
-    if len(names) != 1:
-        raise click.UsageError(f"{path} holds runs of several backends ({', '.join(names)}); pick one with --baseline/--candidate")
-    return names[0]
-
-
 def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list]:
     """Run the selected models with both backends, interleaved; each backend's results file is kept."""
-    from .. import __version__
-    from ..configure import BACKENDS
+    from ..config import RunConfig
     from ..harness.env import collect_env
-    from ..results.schema import ResultsFile
-    from ..runner import RunnerOptions, run_suite
-    from ..suite import SuiteRequest, plan
+    from ..runner import RunnerOptions
+    from ..workflows.compare_backends import plan_backend_pair
 
-    for name, flag in ((baseline, "--baseline"), (candidate, "--candidate")):
-        if name not in BACKENDS:
-            raise click.BadParameter(f"{name!r}; accepted: {', '.join(BACKENDS)}", param_hint=flag)
-    if baseline == candidate:
-        raise click.BadParameter(f"baseline and candidate are both {baseline!r}; name two different backends",
-                                 param_hint="--candidate")
     models = selected_models(kw["patterns"], kw["model_files"])
-    modes = ("train", "eval") if kw["mode"] == "both" else (kw["mode"],)
+    base = RunConfig(model="", device=kw["device"], size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"])
+    pair = plan_backend_pair(models, base, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+                             baseline=baseline, candidate=candidate, compile_scope=kw["compile_scope"],
+                             accuracy=bool(kw["accuracy"]), results_dir=kw["results_dir"])
     runner_options = RunnerOptions(
         timeout_s=kw["timeout"],
         memory_limit_mb=kw["memory_limit"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
     )
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    env = collect_env()
-    sides = {}
-    for backend in (baseline, candidate):
-        options = _candidate_options(kw, candidate) if backend == candidate else {}
-        request = SuiteRequest(models=tuple(models), modes=modes, device=kw["device"], backend=backend,
-                               size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], options=options)
-        path = Path(kw["results_dir"]) / f"backends-{stamp}-{backend}.json"
-        sides[backend] = (plan(request), path, ResultsFile(env=dict(env), torchgauge_version=__version__))
-    # Interleave (baseline, candidate) per configuration: load or thermal drift during a long
-    # session then hits both sides of a ratio alike instead of one side wholesale.
-    configs = [c for pair in zip(sides[baseline][0], sides[candidate][0]) for c in pair]
-    term.info(f"{len(configs)} runs of {len(models)} models, {baseline} and {candidate} interleaved -> "
-              f"{sides[baseline][1]}, {sides[candidate][1]}")
-
-    def save(record) -> None:  # each side's file is rewritten atomically after each of its runs
-        _, path, results = sides[record.config.backend]
-        results.runs.append(record)
-        results.write(path)
-        progress.advance(task)
-
-    for _, path, results in sides.values():
-        results.write(path)  # the environment, before anything runs
+    term.info(f"{len(pair.configs)} runs of {len(models)} models, {baseline} and {candidate} interleaved -> "
+              f"{pair.paths[baseline]}, {pair.paths[candidate]}")
     with term.progress() as progress:
-        task = progress.add_task("compare-backends", total=len(configs), current="")
-        run_suite(configs, runner_options, on_result=save,
-                  on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode} {c.backend}"))
-    return sides[baseline][2].runs, sides[candidate][2].runs
-
-
-def _candidate_options(kw: dict, candidate: str) -> dict[str, object]:
-    from ..backends import get_backend
-
-    options: dict[str, object] = {"accuracy": True} if kw["accuracy"] else {}
-    if "compile_scope" in get_backend(candidate).accepts:
-        options["compile_scope"] = kw["compile_scope"]
-    elif kw["compile_scope"] != "forward":
-        raise click.BadParameter(f"does not apply to backend {candidate}", param_hint="--compile-scope")
-    return options
+        task = progress.add_task("compare-backends", total=len(pair.configs), current="")
+        return pair.run(runner_options, collect_env(), on_result=lambda r: progress.advance(task),
+                        on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode} {c.backend}"))
 
 
 def _report(cmp, kw: dict, term) -> None:

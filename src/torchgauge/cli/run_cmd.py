@@ -261,7 +261,8 @@ def _options(kw: dict, metrics: tuple[str, ...]):
     options = backend_options(str(kw["backend"]), warmup=kw["warmup"], compile_scope=kw["compile_scope"],
                               channels_last=bool(kw["channels_last"]), compile_mode=kw["compile_mode"],
                               dynamic=kw["dynamic"], accuracy=bool(kw["accuracy"]),
-                              leak_iterations=kw["leak_iterations"], instruction_steps=kw["instruction_steps"], **extras)
+                              leak_iterations=kw["leak_iterations"], instruction_steps=kw["instruction_steps"],
+                              **extras)
     return options, metrics
 
 

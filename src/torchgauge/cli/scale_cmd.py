@@ -32,13 +32,13 @@ from .params import SECONDS, check_device, non_negative, positive, split_csv
 def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics, timeout, results_path, output, plot,
                   model_files, as_json, quiet) -> None:
     """Sweep MODEL over --vary grids; fit a power law plus constant to time, throughput, memory (and FLOPs)."""
+    from ..config import RunConfig
     from ..harness.metrics import validate_metrics
     from ..registry import get_spec, load_model_file
     from ..report.scaling import FIT_COLUMNS, fit_rows, write_scaling_plot
-    from ..results.schema import RunConfig
     from ..runner import RunnerOptions
-    from ..workflows.scale import fit_curves, parse_vary, plan_sweep, point_costs
-    from ..suite import default_output_path, run_and_save
+    from ..suite import default_output_path
+    from ..workflows.scale import parse_vary, plan_sweep, point_of, run_sweep
     from .terminal import Terminal
 
     term = Terminal(quiet=quiet)
@@ -47,40 +47,25 @@ def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics,
     try:
         get_spec(model)
         axes = [parse_vary(v) for v in varies]
-        names = validate_metrics(split_csv(metrics))
-        modes = ("train", "eval") if mode == "both" else (mode,)
-        base = RunConfig(model=model, device=device, size=size, repeat=repeat, warmup=warmup, metrics=names)
-        points = [(p, c.with_(mode=m)) for m in modes for p, c in plan_sweep(model, axes, base)]
+        base = RunConfig(model=model, device=device, size=size, repeat=repeat, warmup=warmup,
+                         metrics=validate_metrics(split_csv(metrics)))
+        points = plan_sweep(model, axes, base, ("train", "eval") if mode == "both" else (mode,))
     except (KeyError, ValueError) as exc:
         raise click.UsageError(str(exc).strip("'\"")) from None
     results_path = Path(results_path) if results_path else default_output_path().with_name(
         default_output_path().name.replace("run-", "scale-"))
     term.info(f"{len(points)} points of {model} -> {results_path}")
-    def key(c: RunConfig) -> tuple:
-        return (c.mode, c.batch_size, tuple(sorted(c.model_kwargs.items())))
-
-    point_of = {key(c): p for p, c in points}
     options = RunnerOptions(timeout_s=timeout, model_files=tuple(str(Path(p).resolve()) for p in model_files))
     with term.progress() as progress:
         task = progress.add_task("scale", total=len(points), current="")
-        results = run_and_save([c for _, c in points], options, results_path,
-                               on_start=lambda c: progress.update(task, current=json.dumps(point_of[key(c)])),
-                               on_result=lambda r: progress.advance(task))
-    measured = [(point_of[key(r.config)], r.config.mode, point_costs(r)) for r in results.runs]
-    curves = fit_curves(measured, axes)
-    doc = {
-        "model": model,
-        "axes": {a.name: list(a.values) for a in axes},
-        "results": str(results_path),
-        "points": [{**point_of[key(r.config)], "mode": r.config.mode, "status": r.status, "costs": costs}
-                   for r, (_, _, costs) in zip(results.runs, measured)],
-        "fits": [c.to_dict() for c in curves],
-    }
+        sweep = run_sweep(points, axes, options, results_path, on_result=lambda r: progress.advance(task),
+                          on_start=lambda c: progress.update(task, current=json.dumps(point_of(c, axes))))
+    doc, curves = sweep.to_dict(), sweep.curves
     if output:
         Path(output).write_text(json.dumps(doc, indent=1))
     if plot and curves:
         write_scaling_plot(curves, plot, title=f"{model}: cost = a * x^b + c")
-    failed = [r for r in results.runs if not r.ok]
+    failed = [r for r in sweep.runs if not r.ok]
     if as_json:
         term.json(doc)
     else:
@@ -91,7 +76,7 @@ def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics,
         term.table(FIT_COLUMNS, fit_rows(curves), title=f"{model}: scaling fits",
                    justify=("left", "left", "left", "left", "right", "left", "right", "left", "right", "right"))
     for r in failed:
-        term.warning(f"{json.dumps(point_of[key(r.config)])} {r.config.mode}: {r.status}: "
+        term.warning(f"{json.dumps(sweep.point(r))} {r.config.mode}: {r.status}: "
                      f"{(r.error or '').strip().splitlines()[-1:] or ''}")
     if failed:
         raise click.exceptions.Exit(1)

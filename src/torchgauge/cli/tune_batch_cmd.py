@@ -46,7 +46,7 @@ def tune_batch_command(**kw: object) -> None:
     """
     from ..runner import RunnerOptions
     from ..workflows.tune_batch import (DEFAULT_BUDGET_S, DEFAULT_MAX_BATCH, BatchSizeStore, StoreError, device_name,
-                              search_batch_size)
+                                        tune_models)
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -62,24 +62,19 @@ def tune_batch_command(**kw: object) -> None:
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
     )
     term.info(f"tuning {len(models)} model(s) on {kw['device']} ({name}), size {kw['size']}")
-    searches = []
-    for model in models:
-        search = search_batch_size(
-            model,
-            str(kw["device"]),
-            max_batch=DEFAULT_MAX_BATCH if kw["max_batch"] is None else kw["max_batch"],
-            budget_s=DEFAULT_BUDGET_S if kw["budget_s"] is None else kw["budget_s"],
-            repeat=kw["repeat"],
-            warmup=kw["warmup"],
-            size=str(kw["size"]),
-            within=kw["within"],
-            runner_options=runner_options,
-            on_point=lambda p, m=model: term.info(_point_line(m, p)),
-        )
-        searches.append(search)
-        if store is not None and search.choice is not None:
-            store.put(search)
-            store.save()  # after every model: an interrupted search keeps what it found
+    searches = tune_models(
+        models,
+        str(kw["device"]),
+        store,
+        max_batch=DEFAULT_MAX_BATCH if kw["max_batch"] is None else kw["max_batch"],
+        budget_s=DEFAULT_BUDGET_S if kw["budget_s"] is None else kw["budget_s"],
+        repeat=kw["repeat"],
+        warmup=kw["warmup"],
+        size=str(kw["size"]),
+        within=kw["within"],
+        runner_options=runner_options,
+        on_point=lambda m, p: term.info(_point_line(m, p)),
+    )
     if kw["as_json"]:
         term.json([s.as_dict() for s in searches])
     else:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..stats.coverage_sets import ModelCoverage, summarize_coverage
-from ..results.schema import RunConfig, RunRecord
+from ..config import RunConfig, plan
+from ..results.schema import RunRecord
 
 __all__ = ["CoverageRun", "coverage_configs", "entries_from_records", "run_coverage"]
 
@@ -38,8 +39,7 @@ class CoverageRun:
 
 def coverage_configs(models: Sequence[str], modes: Sequence[str], size: str = "smoke", device: str = "cpu") -> list[RunConfig]:
     """One config per (model, mode): no warm-up, no timing, only the coverage pass."""
-    return [RunConfig(m, mode=mode, device=device, size=size, warmup=0, repeat=1, metrics=("coverage",))
-            for m in models for mode in modes]
+    return plan(models, RunConfig("", device=device, size=size, warmup=0, repeat=1, metrics=("coverage",)), modes=modes)
 
 
 def entries_from_records(records: Sequence[RunRecord]) -> tuple[list[ModelCoverage], list[RunRecord]]:

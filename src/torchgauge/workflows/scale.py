@@ -13,13 +13,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
 
-from ..results.schema import RunConfig, RunRecord
+from ..config import RunConfig, plan
+from ..results.schema import RunRecord
 from ..stats.power_law import MIN_POINTS, PowerLawFit, fit_power_law
 
-__all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "Axis", "ScalingCurve", "parse_vary", "plan_sweep", "point_costs",
-           "fit_curves"]
+__all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "Axis", "ScalingCurve", "Sweep", "parse_vary", "plan_sweep", "point_of",
+           "point_costs", "fit_curves", "run_sweep"]
 
 # Parameters that belong to the run rather than to the model's architecture.
 RUN_PARAMETERS = ("batch_size",)
@@ -64,22 +66,23 @@ def parse_vary(text: str) -> Axis:
     return Axis(name, values)
 
 
-def plan_sweep(model: str, axes: Sequence[Axis], base: RunConfig) -> list[tuple[dict[str, Any], RunConfig]]:
-    """Every grid point (``{axis name: value}``) with its RunConfig, for each mode in order.
+def plan_sweep(model: str, axes: Sequence[Axis], base: RunConfig,
+               modes: Sequence[str] | None = None) -> list[tuple[dict[str, Any], RunConfig]]:
+    """Every grid point (``{axis name: value}``) with its RunConfig, for each mode in order
+    (``base.mode`` when ``modes`` is None), planned by :func:`torchgauge.config.plan`.
 
-    ``base`` carries everything that is not varied (mode, device, size, repeat, metrics...).
+    ``base`` carries everything that is not varied (device, size, repeat, metrics...).
     """
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise ValueError(f"a parameter is varied twice: {', '.join(names)}")
-    points = []
-    for values in itertools.product(*(a.values for a in axes)):
-        point = dict(zip(names, values))
-        run_params = {k: v for k, v in point.items() if k in RUN_PARAMETERS}
-        arch = {k: v for k, v in point.items() if k not in RUN_PARAMETERS}
-        config = base.with_(model=model, model_kwargs={**base.model_kwargs, **arch}, **run_params)
-        points.append((point, config))
-    return points
+    configs = plan([model], base, modes=modes or (base.mode,), vary={a.name: a.values for a in axes})
+    return [(point_of(c, axes), c) for c in configs]
+
+
+def point_of(config: RunConfig, axes: Sequence[Axis]) -> dict[str, Any]:
+    """The grid point of a planned config: ``{axis name: value}``."""
+    return {a.name: getattr(config, a.name) if a.name in RUN_PARAMETERS else config.model_kwargs[a.name] for a in axes}
 
 
 def point_costs(record: RunRecord) -> dict[str, float]:
@@ -153,3 +156,46 @@ def fit_curves(measured: Iterable[tuple[dict[str, Any], str, dict[str, float]]],
                         note = str(exc)
                 curves.append(ScalingCurve(axis.name, metric, mode, dict(fixed), xs, ys, fit, note))
     return curves
+
+
+@dataclass
+class Sweep:
+    """A finished sweep: its runs (in plan order), their points and costs, and the fits."""
+
+    model: str
+    axes: Sequence[Axis]
+    results_path: Path
+    runs: list[RunRecord]
+    curves: list[ScalingCurve]
+
+    def point(self, record: RunRecord) -> dict[str, Any]:
+        return point_of(record.config, self.axes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "axes": {a.name: list(a.values) for a in self.axes},
+            "results": str(self.results_path),
+            "points": [{**self.point(r), "mode": r.config.mode, "status": r.status, "costs": point_costs(r)}
+                       for r in self.runs],
+            "fits": [c.to_dict() for c in self.curves],
+        }
+
+
+def run_sweep(
+    points: Sequence[tuple[dict[str, Any], RunConfig]],
+    axes: Sequence[Axis],
+    runner_options: Any,
+    results_path: Path,
+    *,
+    on_start: Callable[[RunConfig], None] | None = None,
+    on_result: Callable[[RunRecord], None] | None = None,
+) -> Sweep:
+    """Run the planned points (:func:`plan_sweep`), saving ``results_path`` after each, and fit them."""
+    from ..suite import run_and_save
+
+    results = run_and_save([c for _, c in points], runner_options, results_path, on_start=on_start,
+                           on_result=on_result)
+    measured = [(point_of(r.config, axes), r.config.mode, point_costs(r)) for r in results.runs]
+    model = points[0][1].model if points else ""
+    return Sweep(model, axes, results_path, results.runs, fit_curves(measured, axes))

@@ -93,7 +93,8 @@ class SuiteRun:
     def saved_message(self, what: str) -> str:
         """What an interrupted run kept: ``interrupted by SIGINT: 3 of 10 runs finished, saved in ...``."""
         done = len(self.finished)
-        parts = [f"{what}: {done} of {len(self.configs)} run(s) finished and saved in {self.output} (marked incomplete)"]
+        total = len(self.configs)
+        parts = [f"{what}: {done} of {total} run(s) finished and saved in {self.output} (marked incomplete)"]
         if self.store is not None:
             parts.append(f"{done - len(self.not_stored)} stored as incomplete run {self.suite_id} in {self.store.path}")
         return "; ".join(parts)

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..results.schema import RunConfig, RunRecord
+from ..config import RunConfig, plan
+from ..results.schema import RunRecord
 from ..runner import RunnerOptions, run_suite, worker_threads
 from ..stats.batch_doubling import (
     DEFAULT_WITHIN,
@@ -55,6 +56,7 @@ __all__ = [
     "default_store_path",
     "device_name",
     "search_batch_size",
+    "tune_models",
 ]
 
 # Largest size tried unless the caller says otherwise: a CPU rarely raises an out-of-memory
@@ -222,6 +224,8 @@ def search_batch_size(
     from ..registry import get_spec
 
     spec = get_spec(model)
+    base = RunConfig(model=model, device=device, size=size, repeat=repeat, warmup=warmup, metrics=("time", "memory"))
+    (eval_config,) = plan([model], base, modes=("eval",))  # each size below is this config at that batch size
     search = BatchSearch(model=model, device=device, device_name=device_name(device), size=size,
                          default_batch_size=spec.eval_batch_size, repeat=repeat)
     t0 = time.monotonic()
@@ -232,9 +236,7 @@ def search_batch_size(
         if budget_s is not None:
             left = max(budget_s - elapsed, MIN_RUN_TIMEOUT_S)
             opts = replace(runner_options, timeout_s=min(runner_options.timeout_s, left))
-        config = RunConfig(model=model, mode="eval", device=device, batch_size=batch, size=size,
-                           repeat=repeat, warmup=warmup, metrics=("time", "memory"))
-        point = _point(batch, run_suite([config], opts)[0])
+        point = _point(batch, run_suite([eval_config.with_(batch_size=batch)], opts)[0])
         search.points.append(point)
         if on_point:
             on_point(point)
@@ -247,9 +249,7 @@ def search_batch_size(
     # them once more in a fresh process and keep the faster of the two measurements.
     for size_ in implausible_sizes(search.points):
         i = next(k for k, p in enumerate(search.points) if p.batch_size == size_)
-        config = RunConfig(model=model, mode="eval", device=device, batch_size=size_, size=size,
-                           repeat=repeat, warmup=warmup, metrics=("time", "memory"))
-        again = _point(size_, run_suite([config], runner_options)[0])
+        again = _point(size_, run_suite([eval_config.with_(batch_size=size_)], runner_options)[0])
         if again.ok and again.median_ms < search.points[i].median_ms:
             search.points[i] = again
     search.choice = choose_batch_size(search.points, within)
@@ -257,6 +257,22 @@ def search_batch_size(
     search.threads = worker_threads(runner_options)
     search.wall_s = round(time.monotonic() - t0, 3)
     return search
+
+
+def tune_models(models: Iterable[str], device: str, store: "BatchSizeStore | None", *,
+                on_point: Callable[[str, BatchPoint], None] | None = None, **search: Any) -> list[BatchSearch]:
+    """:func:`search_batch_size` for each model in turn (``search`` are its other keyword
+    arguments; ``on_point(model, point)``); each choice goes into ``store``, saved after
+    every model, so an interrupted tuning keeps what it found."""
+    searches = []
+    for model in models:
+        report = (lambda p, m=model: on_point(m, p)) if on_point else None
+        found = search_batch_size(model, device, on_point=report, **search)
+        searches.append(found)
+        if store is not None and found.choice is not None:
+            store.put(found)
+            store.save()
+    return searches
 
 
 class BatchSizeStore:

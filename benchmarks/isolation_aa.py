@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of (per-run, per-model)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from torchgauge.config import RunConfig, Selection, plan
+    from torchgauge.config import Selection, plan
 
-    configs = plan(Selection(tuple(args.patterns)), RunConfig(model="", size="smoke"))
+    configs = plan(Selection(tuple(args.patterns)), size="smoke")
     load_before = [round(x, 2) for x in os.getloadavg()]
     runs: dict[str, list] = {"per-run": [], "per-model": []}
     for _ in range(args.rounds):

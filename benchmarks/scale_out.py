@@ -39,11 +39,11 @@ def _fixture(name: str):
 
 
 def _configs(patterns: list[str], count: int, repeat: int, warmup: int) -> list:
-    from torchgauge.config import RunConfig, plan
+    from torchgauge.config import plan
     from torchgauge.suite import select_models
 
     models = select_models(patterns)[: (count + 1) // 2]
-    return plan(models, RunConfig(model="", size="smoke", repeat=repeat, warmup=warmup))[:count]
+    return plan(models, size="smoke", repeat=repeat, warmup=warmup)[:count]
 
 
 def _run(name: str, executor, configs, options, store, out: Path) -> dict:

@@ -53,10 +53,10 @@ def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Pat
     """Run the suite once; returns the measurement document (per-run rows and totals)."""
     from torchgauge.results.schema import ResultsFile, load_results
     from torchgauge.runner import RunnerOptions
-    from torchgauge.config import RunConfig, Selection, plan
+    from torchgauge.config import Selection, plan
     from torchgauge.suite import run_and_save
 
-    configs = plan(Selection(tuple(patterns)), RunConfig(model="", size="smoke", repeat=repeat, warmup=warmup))
+    configs = plan(Selection(tuple(patterns)), size="smoke", repeat=repeat, warmup=warmup)
     writes: list[float] = []
     original_write = ResultsFile.write
 

@@ -87,6 +87,8 @@ def test_plan_is_models_then_modes_with_the_base_settings() -> None:
     assert all(c.size == "smoke" and c.repeat == 2 and c.options.accuracy for c in configs)
     assert [c.mode for c in plan(["a"], BASE, modes=("eval", "train"))] == ["eval", "train"]
     assert plan(["a"]) == [RunConfig("a", mode="train"), RunConfig("a", mode="eval")]
+    assert plan("a", BASE, modes=("eval",), size="full", seed=7) == [BASE.with_(model="a", mode="eval", seed=7,
+                                                                               size="full")]
 
 
 def test_plan_selects_by_pattern_exclude_and_shard() -> None:
@@ -122,6 +124,8 @@ def test_rounds_repeat_the_whole_plan_round_major() -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(modes=("infer",)), "invalid mode 'infer'; accepted: train, eval"),
+    (dict(modes=()), "no mode given; accepted: train, eval"),
+    (dict(mode="eval"), "mode is planned from the models, modes and batch_size arguments"),
     (dict(rounds=0), "invalid rounds 0; accepted: an integer >= 1"),
     (dict(batch_size=0), "invalid batch size 0; accepted: an integer >= 1 or 'auto'"),
     (dict(vary={"width": ()}), "vary width has no values"),

@@ -125,7 +125,7 @@ def run(
         >>> res[0].metrics["time_ms"]["median"]  # doctest: +SKIP
     """
     from . import __version__
-    from .config import RunConfig, RunOptions, Selection, plan
+    from .config import RunOptions, Selection, plan
     from .harness.env import collect_env
     from .harness.metrics import validate_metrics
     from .registry import load_model_file
@@ -138,10 +138,9 @@ def run(
         load_model_file(path)
     patterns = (models,) if isinstance(models, str) else tuple(models)
     run_options = options if isinstance(options, RunOptions) else RunOptions.from_dict(options or {})
-    base = RunConfig(model="", device=device, precision=precision, backend=backend, size=size, repeat=repeat,
-                     warmup=warmup, metrics=validate_metrics(tuple(metrics)), options=run_options)
-    configs = plan(Selection(patterns), base, modes=("train", "eval") if mode == "both" else (mode,),
-                   batch_size=batch_size)
+    configs = plan(Selection(patterns), modes=("train", "eval") if mode == "both" else (mode,), batch_size=batch_size,
+                   device=device, precision=precision, backend=backend, size=size, repeat=repeat, warmup=warmup,
+                   metrics=validate_metrics(tuple(metrics)), options=run_options)
     results = ResultsFile(env=collect_env(), torchgauge_version=__version__)
 
     def keep(record: RunRecord) -> None:

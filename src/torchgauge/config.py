@@ -304,6 +304,7 @@ def plan(
     batch_size: int | str | None = None,
     batch_store: str | os.PathLike | None = None,
     on_note: Callable[[str], None] | None = None,
+    **settings: Any,
 ) -> list[RunConfig]:
     """The RunConfigs to run, in run order: rounds, then models, then modes, then the grid.
 
@@ -311,6 +312,7 @@ def plan(
         models: a :class:`Selection` (patterns and filters), or model names taken as they are.
         base: everything not planned (device, precision, backend, size, repeat, metrics,
             options, model arguments, ...); its ``model`` and ``mode`` are ignored.
+        settings: RunConfig fields for every run, over ``base``'s (``size="smoke"``, ...).
         modes: ``train`` and/or ``eval``, in run order.
         vary: axis -> values; the grid is their product, first axis outermost, innermost of
             all (so ``{"backend": ("eager", "inductor")}`` interleaves two backends per
@@ -326,10 +328,15 @@ def plan(
         ConfigError: a bad mode, rounds, batch size or vary axis. SelectionError: a
         pattern matches nothing. StoreError: the batch store cannot be read (``auto``).
     """
-    base = base if base is not None else RunConfig(model="")
+    planned = [k for k in settings if k in _PLANNED_ELSEWHERE or k == "batch_size"]
+    if planned:
+        raise ConfigError(planned[0], f"{planned[0]} is planned from the models, modes and batch_size arguments; "
+                                      "accepted: the other RunConfig fields")
+    base = (base if base is not None else RunConfig(model="")).with_(**settings)
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        raise ConfigError("mode", f"invalid mode {bad[0] if bad else 'list (empty)'!r}; accepted: {', '.join(MODES)}")
+        given = f"invalid mode {bad[0]!r}" if bad else "no mode given"
+        raise ConfigError("mode", f"{given}; accepted: {', '.join(MODES)}")
     if not _is_int(rounds) or rounds < 1:
         raise ConfigError("rounds", f"invalid rounds {rounds!r}; accepted: an integer >= 1")
     if batch_size not in (None, "auto") and (not _is_int(batch_size) or batch_size < 1):
@@ -343,7 +350,7 @@ def plan(
         raise ConfigError("batch_size", "batch size 'auto' and a batch_size axis; accepted: one of the two")
     if _is_int(batch_size):
         base = base.with_(batch_size=batch_size)
-    names = models.models() if isinstance(models, Selection) else list(models)
+    names = models.models() if isinstance(models, Selection) else [models] if isinstance(models, str) else list(models)
     grid = list(itertools.product(*(rows for _, rows in axes)))
     one_round = []
     for model in names:

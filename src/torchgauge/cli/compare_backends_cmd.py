@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
+from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, positive, selected_models
 
 from ..workflows.compare_backends import DEFAULT_BASELINE, DEFAULT_CANDIDATE
 
@@ -79,7 +79,7 @@ def compare_backends_command(**kw: object) -> None:
     except ConfigError as exc:
         if exc.option in ("baseline", "candidate") and kw["from_files"]:  # a file with several backends
             raise click.UsageError(str(exc)) from None
-        raise click.BadParameter(str(exc), param_hint="--" + exc.option.replace("_", "-")) from None
+        raise bad_config(exc) from None
     except (SchemaError, CompareError) as exc:
         raise click.ClickException(str(exc)) from None
     _report(cmp, kw, term)

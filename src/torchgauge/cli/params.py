@@ -7,8 +7,8 @@ import re
 
 import click
 
-__all__ = ["MEBIBYTES", "PROBABILITY", "SECONDS", "SEED", "Number", "check_device", "fraction", "non_negative",
-           "positive", "selected_models", "split_csv", "threshold"]
+__all__ = ["MEBIBYTES", "PROBABILITY", "SECONDS", "SEED", "Number", "bad_config", "check_device", "fraction",
+           "non_negative", "positive", "selected_models", "split_csv", "threshold"]
 
 
 class Number(click.ParamType):
@@ -122,3 +122,9 @@ def selected_models(patterns, model_files=(), **filters) -> list[str]:
         return select_models(patterns, **filters)
     except SelectionError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def bad_config(exc) -> click.BadParameter:
+    """A :class:`torchgauge.config.ConfigError` as a usage error naming its flag (flags are the
+    options' names with dashes: ``compile_scope`` -> ``--compile-scope``)."""
+    return click.BadParameter(str(exc), param_hint="--" + exc.option.replace("_", "-"))

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import click
 
-from .params import MEBIBYTES, SECONDS, SEED, check_device, non_negative, positive, split_csv
+from .params import MEBIBYTES, SECONDS, SEED, bad_config, check_device, non_negative, positive, split_csv
 
 def _batch_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     if value is None or value == "auto":
@@ -240,14 +240,6 @@ def _suite_run(kw: dict, configs: list, output: Path, env: dict):
     return SuiteRun(configs, output, store, suite_id)
 
 
-_FLAGS = {"dynamic": "--dynamic", "max_repeat": "--max-repeat"}  # else "--" + option with dashes
-
-
-def _bad_parameter(exc) -> click.BadParameter:
-    """A ConfigError as a usage error naming the flag of the option it is about."""
-    return click.BadParameter(str(exc), param_hint=_FLAGS.get(exc.option, "--" + exc.option.replace("_", "-")))
-
-
 def _options(kw: dict, metrics: tuple[str, ...]):
     """RunOptions from the flags, checked against the backend: (options, metrics with breakdown if profiling)."""
     from ..config import Adaptive, backend_options
@@ -283,7 +275,7 @@ def _parse(kw: dict, term) -> tuple:
         check_names(str(kw["precision"]), str(kw["backend"]))
         options, metrics = _options(kw, validate_metrics(split_csv(str(kw["metrics"]))))
     except ConfigError as exc:
-        raise _bad_parameter(exc) from None
+        raise bad_config(exc) from None
     except ValueError as exc:  # an unknown metric
         raise click.UsageError(str(exc)) from None
     try:
@@ -301,7 +293,7 @@ def _parse(kw: dict, term) -> tuple:
         configs = plan(selection, base, modes=modes, rounds=kw["rounds"], batch_size=kw["batch_size"],
                        batch_store=kw["batch_store"], on_note=term.warning)
     except ConfigError as exc:
-        raise _bad_parameter(exc) from None
+        raise bad_config(exc) from None
     except (StoreError, ValueError) as exc:  # the batch store, or no CUDA device for its name
         raise click.ClickException(str(exc)) from None
     if kw["csv_path"]:

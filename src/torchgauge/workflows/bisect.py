@@ -442,10 +442,9 @@ class MeasureSpec:
         """One RunConfig per (model, mode), as ``torchgauge run`` plans them."""
         from ..config import plan
 
-        base = RunConfig(model="", device=self.device, precision=self.precision, backend=self.backend,
-                         batch_size=self.batch_size, size=self.size, repeat=self.repeat, warmup=self.warmup,
-                         metrics=(self.metric,))
-        return plan(self.models, base, modes=self.modes)
+        return plan(self.models, modes=self.modes, batch_size=self.batch_size, device=self.device,
+                    precision=self.precision, backend=self.backend, size=self.size, repeat=self.repeat,
+                    warmup=self.warmup, metrics=(self.metric,))
 
     def identity(self) -> str:
         """Cache key part: the spec plus the model files' contents (an edited file re-measures)."""

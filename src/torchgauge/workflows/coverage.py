@@ -39,7 +39,7 @@ class CoverageRun:
 
 def coverage_configs(models: Sequence[str], modes: Sequence[str], size: str = "smoke", device: str = "cpu") -> list[RunConfig]:
     """One config per (model, mode): no warm-up, no timing, only the coverage pass."""
-    return plan(models, RunConfig("", device=device, size=size, warmup=0, repeat=1, metrics=("coverage",)), modes=modes)
+    return plan(models, modes=modes, device=device, size=size, warmup=0, repeat=1, metrics=("coverage",))
 
 
 def entries_from_records(records: Sequence[RunRecord]) -> tuple[list[ModelCoverage], list[RunRecord]]:

@@ -224,8 +224,9 @@ def search_batch_size(
     from ..registry import get_spec
 
     spec = get_spec(model)
-    base = RunConfig(model=model, device=device, size=size, repeat=repeat, warmup=warmup, metrics=("time", "memory"))
-    (eval_config,) = plan([model], base, modes=("eval",))  # each size below is this config at that batch size
+    # each size below is this eval config at that batch size
+    (eval_config,) = plan([model], modes=("eval",), device=device, size=size, repeat=repeat, warmup=warmup,
+                          metrics=("time", "memory"))
     search = BatchSearch(model=model, device=device, device_name=device_name(device), size=size,
                          default_batch_size=spec.eval_batch_size, repeat=repeat)
     t0 = time.monotonic()

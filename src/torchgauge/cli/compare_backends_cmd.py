@@ -90,16 +90,15 @@ def compare_backends_command(**kw: object) -> None:
 
 def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list]:
     """Run the selected models with both backends, interleaved; each backend's results file is kept."""
-    from ..config import RunConfig
     from ..harness.env import collect_env
     from ..runner import RunnerOptions
     from ..workflows.compare_backends import plan_backend_pair
 
     models = selected_models(kw["patterns"], kw["model_files"])
-    base = RunConfig(model="", device=kw["device"], size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"])
-    pair = plan_backend_pair(models, base, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+    pair = plan_backend_pair(models, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
                              baseline=baseline, candidate=candidate, compile_scope=kw["compile_scope"],
-                             accuracy=bool(kw["accuracy"]), results_dir=kw["results_dir"])
+                             accuracy=bool(kw["accuracy"]), results_dir=kw["results_dir"], device=kw["device"],
+                             size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"])
     runner_options = RunnerOptions(
         timeout_s=kw["timeout"],
         memory_limit_mb=kw["memory_limit"],

@@ -261,7 +261,7 @@ def _options(kw: dict, metrics: tuple[str, ...]):
 def _parse(kw: dict, term) -> tuple:
     """Raw click values -> (planned RunConfigs, number of selected models, RunnerOptions, output path)."""
     from ..compare.dynamo_perf import with_eager_baseline
-    from ..config import ConfigError, RunConfig, Selection, check_names, plan
+    from ..config import ConfigError, Selection, check_names, plan
     from ..harness.metrics import validate_metrics
     from ..harness.threads import parse_threads
     from ..registry import load_model_file
@@ -285,13 +285,13 @@ def _parse(kw: dict, term) -> tuple:
         selected = len(selection.matching())
     except (ValueError, SelectionError) as exc:
         raise click.UsageError(str(exc)) from None
-    base = RunConfig(model="", device=kw["device"], precision=kw["precision"], backend=kw["backend"],
-                     size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], seed=kw["seed"], metrics=metrics,
-                     options=options, model_kwargs=_parse_model_kwargs(kw["model_args"]))
-    modes = ("train", "eval") if kw["mode"] == "both" else (kw["mode"],)
+    model_kwargs = _parse_model_kwargs(kw["model_args"])
     try:
-        configs = plan(selection, base, modes=modes, rounds=kw["rounds"], batch_size=kw["batch_size"],
-                       batch_store=kw["batch_store"], on_note=term.warning)
+        configs = plan(selection, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+                       rounds=kw["rounds"], batch_size=kw["batch_size"], batch_store=kw["batch_store"],
+                       on_note=term.warning, device=kw["device"], precision=kw["precision"], backend=kw["backend"],
+                       size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], seed=kw["seed"], metrics=metrics,
+                       options=options, model_kwargs=model_kwargs)
     except ConfigError as exc:
         raise bad_config(exc) from None
     except (StoreError, ValueError) as exc:  # the batch store, or no CUDA device for its name

@@ -32,7 +32,6 @@ from .params import SECONDS, check_device, non_negative, positive, split_csv
 def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics, timeout, results_path, output, plot,
                   model_files, as_json, quiet) -> None:
     """Sweep MODEL over --vary grids; fit a power law plus constant to time, throughput, memory (and FLOPs)."""
-    from ..config import RunConfig
     from ..harness.metrics import validate_metrics
     from ..registry import get_spec, load_model_file
     from ..report.scaling import FIT_COLUMNS, fit_rows, write_scaling_plot
@@ -47,9 +46,8 @@ def scale_command(*, model, varies, mode, device, size, repeat, warmup, metrics,
     try:
         get_spec(model)
         axes = [parse_vary(v) for v in varies]
-        base = RunConfig(model=model, device=device, size=size, repeat=repeat, warmup=warmup,
-                         metrics=validate_metrics(split_csv(metrics)))
-        points = plan_sweep(model, axes, base, ("train", "eval") if mode == "both" else (mode,))
+        points = plan_sweep(model, axes, modes=("train", "eval") if mode == "both" else (mode,), device=device,
+                            size=size, repeat=repeat, warmup=warmup, metrics=validate_metrics(split_csv(metrics)))
     except (KeyError, ValueError) as exc:
         raise click.UsageError(str(exc).strip("'\"")) from None
     results_path = Path(results_path) if results_path else default_output_path().with_name(

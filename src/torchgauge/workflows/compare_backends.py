@@ -56,7 +56,6 @@ class BackendPair:
 
 def plan_backend_pair(
     models: Sequence[str],
-    base: RunConfig,
     *,
     modes: Sequence[str],
     baseline: str = DEFAULT_BASELINE,
@@ -64,9 +63,11 @@ def plan_backend_pair(
     compile_scope: str = "forward",
     accuracy: bool = False,
     results_dir: str | Path = "torchgauge-results",
+    **settings: Any,
 ) -> BackendPair:
     """Plan ``models`` with both backends, interleaved; the candidate alone gets ``accuracy``
     and ``compile_scope`` (the eager baseline compiles nothing and is the reference).
+    ``settings`` are RunConfig fields for both (device, size, repeat, warmup, ...).
 
     Raises:
         ConfigError: an unknown backend (``option`` is ``baseline`` or ``candidate``), the same
@@ -74,14 +75,14 @@ def plan_backend_pair(
     """
     for name, side in ((baseline, "baseline"), (candidate, "candidate")):
         try:
-            check_names(base.precision, name)
+            check_names(settings.get("precision", "fp32"), name)
         except ConfigError as exc:
             raise ConfigError(side, str(exc)) from None
     if baseline == candidate:
         raise ConfigError("candidate", f"baseline and candidate are both {baseline!r}; name two different backends")
     options = backend_options(candidate, warmup=None, compile_scope=compile_scope, accuracy=accuracy)
-    configs = plan(models, base, modes=modes,
-                   vary={("backend", "options"): [(baseline, RunOptions()), (candidate, options)]})
+    configs = plan(models, modes=modes, vary={("backend", "options"): [(baseline, RunOptions()), (candidate, options)]},
+                   **settings)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     paths = {b: Path(results_dir) / f"backends-{stamp}-{b}.json" for b in (baseline, candidate)}
     return BackendPair(baseline, candidate, configs, paths)

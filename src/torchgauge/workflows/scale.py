@@ -66,17 +66,19 @@ def parse_vary(text: str) -> Axis:
     return Axis(name, values)
 
 
-def plan_sweep(model: str, axes: Sequence[Axis], base: RunConfig,
-               modes: Sequence[str] | None = None) -> list[tuple[dict[str, Any], RunConfig]]:
+def plan_sweep(model: str, axes: Sequence[Axis], base: RunConfig | None = None, modes: Sequence[str] | None = None,
+               **settings: Any) -> list[tuple[dict[str, Any], RunConfig]]:
     """Every grid point (``{axis name: value}``) with its RunConfig, for each mode in order
     (``base.mode`` when ``modes`` is None), planned by :func:`torchgauge.config.plan`.
 
-    ``base`` carries everything that is not varied (device, size, repeat, metrics...).
+    ``base`` and ``settings`` (RunConfig fields) carry everything that is not varied
+    (device, size, repeat, metrics...).
     """
+    base = base if base is not None else RunConfig(model)
     names = [a.name for a in axes]
     if len(set(names)) != len(names):
         raise ValueError(f"a parameter is varied twice: {', '.join(names)}")
-    configs = plan([model], base, modes=modes or (base.mode,), vary={a.name: a.values for a in axes})
+    configs = plan([model], base, modes=modes or (base.mode,), vary={a.name: a.values for a in axes}, **settings)
     return [(point_of(c, axes), c) for c in configs]
 
 

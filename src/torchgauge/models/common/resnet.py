@@ -4,9 +4,13 @@ Xie et al., "Aggregated Residual Transformations for Deep Neural Networks", 2017
 Layers, names and initialisation follow torchvision's ``models/resnet.py`` (BSD-3-Clause):
 stride on the 3x3 conv of the bottleneck (ResNet v1.5), no zero-init of the last BN. The
 class also takes timm's ``deep`` stem and average-pool shortcut (ResNet-D, Apache-2.0) so
-that ResNeSt (``resnest.py``) can reuse it with its own block. The norm layer is pluggable
+that ResNeSt (``vision.resnest``) can reuse it with its own block. The norm layer is pluggable
 (torchvision's ``norm_layer``): the differential-privacy models use GroupNorm, because
 per-sample gradients forbid BatchNorm's batch statistics.
+
+Shared by the vision families (``vision.resnet`` registers the classifiers; ResNeSt, the
+quantized ResNet-50, DBNet's backbone) and by ``other`` models that use a ResNet encoder
+(MoCo, DP-SGD on CIFAR-10).
 """
 
 from __future__ import annotations
@@ -16,11 +20,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from torchgauge.registry import register_model
-from torchgauge.workload import BuildContext, Workload
-
 from .conv_blocks import ClassifierHead, init_conv_weights
-from .torchvision_step import torchvision_classification
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "group_norm", "resnet"]
 
@@ -194,42 +194,3 @@ def resnet(depth: int, **kwargs) -> ResNet:
         raise ValueError(f"unsupported ResNet depth {depth}; accepted: {', '.join(map(str, RESNET_LAYOUTS))}")
     block, layers = RESNET_LAYOUTS[depth]
     return ResNet(block, layers, **kwargs)
-
-
-def _create_resnet(ctx: BuildContext, depth: int, **kwargs) -> Workload:
-    model = resnet(depth, **kwargs)
-    # Output stride 32: 32 px reaches 1x1 in layer4 at smoke size.
-    return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))
-
-
-_SOURCE = "He et al., Deep Residual Learning for Image Recognition, 2015; torchvision resnet"
-
-
-@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(16, 8), param_count=11_689_512)
-def resnet18(ctx: BuildContext, **kwargs) -> Workload:
-    """ResNet-18 at 224x224."""
-    return _create_resnet(ctx, 18, **kwargs)
-
-
-@register_model(
-    domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=25_557_032,
-    tags=("mlperf",),
-)  # fmt: skip
-def resnet50(ctx: BuildContext, **kwargs) -> Workload:
-    """ResNet-50 v1.5 at 224x224 (the MLPerf image-classification model)."""
-    return _create_resnet(ctx, 50, **kwargs)
-
-
-@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=60_192_808)
-def resnet152(ctx: BuildContext, **kwargs) -> Workload:
-    """ResNet-152 at 224x224."""
-    return _create_resnet(ctx, 152, **kwargs)
-
-
-@register_model(
-    domain="vision", task="classification", source="Xie et al., ResNeXt, 2017; torchvision resnext50_32x4d",
-    batch_size=(8, 8), param_count=25_028_904,
-)  # fmt: skip
-def resnext50_32x4d(ctx: BuildContext, **kwargs) -> Workload:
-    """ResNeXt-50 with 32 groups of width 4 at 224x224."""
-    return _create_resnet(ctx, 50, **{"groups": 32, "width_per_group": 4, **kwargs})

@@ -406,6 +406,7 @@ def create(
         size=size,
         seed=seed,
         batch_size_given=batch_size is not None,
+        domain=spec.domain,
     )
     seed_everything(seed)
     workload = ctx.finish(get_builder(name)(ctx, **model_kwargs))

@@ -167,17 +167,13 @@ def _precheck(config: RunConfig) -> RunRecord | None:
 def execute(config: RunConfig) -> RunRecord:
     """Build, configure and measure one run in this process; exceptions become statuses."""
     from .configure import apply_config, build_workload
-    from .measurement import measure
-    from .registry import get_spec
+    from .measurement import measure_run
 
-    domain = ""
     try:
-        domain = get_spec(config.model).domain
         t_build = time.perf_counter()
         workload = apply_config(build_workload(config), config)
         build_s = time.perf_counter() - t_build
-        record = measure(workload, config=config)
-        record.domain = domain
+        record = measure_run(workload, config)
         record.phases_s = {"build": round(build_s, 4), **record.phases_s}
         if config.options.get("accuracy"):
             del workload  # the check builds fresh workloads from the seed; free this one first
@@ -189,7 +185,7 @@ def execute(config: RunConfig) -> RunRecord:
             error = str(exc)
         else:
             error = _tail(traceback.format_exc())
-        return RunRecord(config, status, domain=domain, error=error)
+        return RunRecord(config, status, error=error)
 
 
 def _add_accuracy(record: RunRecord) -> None:

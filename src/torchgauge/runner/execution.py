@@ -64,16 +64,24 @@ def classify_exception(exc: BaseException) -> str:
 
 
 def execute(config: RunConfig) -> RunRecord:
-    """Build, configure and measure one run in this process; exceptions become statuses."""
+    """Build, configure and measure one run in this process; exceptions become statuses.
+
+    The record (a failed one too, once the model is known) carries the hash of the model's code.
+    """
     from ..configure import apply_config, build_workload
     from ..measurement import measure_run
+    from ..model_code import model_code_hash
+    from ..registry import get_spec
 
+    code_hash = None
     try:
+        code_hash = model_code_hash(get_spec(config.model).module)
         t_build = time.perf_counter()
         workload = apply_config(build_workload(config), config)
         build_s = time.perf_counter() - t_build
         record = measure_run(workload, config)
         record.phases_s = {"build": round(build_s, 4), **record.phases_s}
+        record.model_code_hash = code_hash
         if config.options.get("accuracy"):
             del workload  # the check builds fresh workloads from the seed; free this one first
             _add_accuracy(record)
@@ -84,7 +92,7 @@ def execute(config: RunConfig) -> RunRecord:
             error = str(exc)
         else:
             error = error_tail(traceback.format_exc())
-        return RunRecord(config, status, error=error)
+        return RunRecord(config, status, error=error, model_code_hash=code_hash)
 
 
 def _add_accuracy(record: RunRecord) -> None:

@@ -219,3 +219,11 @@ def test_per_model_groups_only_eager_fp32_runs() -> None:
 def test_isolation_must_be_known() -> None:
     with pytest.raises(ValueError, match="accepted: per-run, per-model"):
         run_suite([_cfg("planted_ok")], RunnerOptions(isolation="per-host"))
+
+
+def test_every_record_gets_the_domain_of_its_one_pre_check_lookup() -> None:
+    load_model_file(PLANTED)
+    configs = [_cfg("planted_raises"), _cfg("planted_eval_only", "train"), _cfg("no_such_model")]
+    records = run_suite(configs, RunnerOptions(isolate=False, model_files=(PLANTED,)))
+    assert [(r.status, r.domain) for r in records] == [("error", "other"), ("unsupported", "other"), ("error", "")]
+    assert records[0].model_code_hash is not None  # a failed build still says which model code failed

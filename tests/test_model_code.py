@@ -36,7 +36,8 @@ def test_hash_is_the_same_in_another_process() -> None:
     module = get_spec("resnet18").module
     here = model_code_hash(module)
     there = subprocess.run(
-        [sys.executable, "-c", f"from torchgauge.model_code import model_code_hash; print(model_code_hash({module!r}))"],
+        [sys.executable, "-c",
+         f"from torchgauge.model_code import model_code_hash; print(model_code_hash({module!r}))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
     assert here == there and len(here) == HASH_HEX_DIGITS and int(here, 16) >= 0
@@ -75,7 +76,8 @@ def test_record_field_round_trips_and_old_files_read_without_it() -> None:
 
 def test_store_keeps_the_hash_and_migrates_a_version_2_database(tmp_path) -> None:
     db = tmp_path / "history.sqlite"
-    results = ResultsFile(env={}, runs=[RunRecord(RunConfig("m", mode="eval"), "ok", model_code_hash="feedface00000000")])
+    record = RunRecord(RunConfig("m", mode="eval"), "ok", model_code_hash="feedface00000000")
+    results = ResultsFile(env={}, runs=[record])
     with Store(db) as store:
         suite = store.save(results)
         assert store.load(suite).runs[0].model_code_hash == "feedface00000000"

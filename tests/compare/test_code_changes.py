@@ -38,7 +38,8 @@ def test_compare_prints_the_note(tmp_path, capsys) -> None:
     ResultsFile(env={}, runs=[_run("a", "1"), _run("b", "1")]).write(base)
     ResultsFile(env={}, runs=[_run("a", "1"), _run("b", "2")]).write(new)
     assert main(["compare", str(base), str(new)]) == 0
-    assert "model code changed: b — a difference there may be the model edit, not the stack" in capsys.readouterr().err
+    note = "model code changed: b — a difference there may be the model edit, not the stack"
+    assert note in capsys.readouterr().err
     ResultsFile(env={}, runs=[_run("a", "1"), _run("b", "1")]).write(new)
     main(["compare", str(base), str(new)])
     assert "model code changed" not in capsys.readouterr().err

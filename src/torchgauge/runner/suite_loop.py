@@ -52,7 +52,8 @@ def _precheck(config: RunConfig) -> tuple[str, RunRecord | None]:
             f"{spec.name} does not support mode {config.mode!r} (supports {', '.join(spec.modes)})"))
     device_type = config.device.split(":")[0]
     if device_type not in spec.devices:
-        return spec.domain, RunRecord(config, "unsupported", error=f"{spec.name} does not support device {device_type!r}")
+        return spec.domain, RunRecord(config, "unsupported",
+                                      error=f"{spec.name} does not support device {device_type!r}")
     if device_type == "cuda":
         import torch
 

@@ -90,15 +90,27 @@ def test_finite_training_and_eval_pass() -> None:
 
 
 def test_adaptive_repeats_stop_within_bounds_and_record_the_rule() -> None:
+    from torchgauge.measurement import measure_run
     from torchgauge.results.schema import RunConfig
 
     workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
     config = RunConfig("planted_ok", mode="eval", size="smoke", repeat=6, warmup=1, metrics=("time",),
                        options={"adaptive": {"target": 0.9, "max_repeat": 40}})
-    timing = torchgauge.measure(workload, config=config).metrics["time_ms"]
+    timing = measure_run(workload, config).metrics["time_ms"]
     stopping = timing["stopping"]
     assert 6 <= len(timing["samples"]) <= 40 and stopping["samples"] == len(timing["samples"])
     assert stopping["rule"] == "median_ci_relative_width" and stopping["stopped_by"] in ("interval", "max_repeat")
     strict = config.with_(repeat=3, options={"adaptive": {"target": 1e-9, "max_repeat": 12}})
-    timing = torchgauge.measure(workload, config=strict).metrics["time_ms"]
+    timing = measure_run(workload, strict).metrics["time_ms"]
     assert len(timing["samples"]) == 12 and timing["stopping"]["stopped_by"] == "max_repeat"
+
+
+def test_measure_takes_repeat_and_warmup_and_measure_run_a_configuration() -> None:
+    from torchgauge.measurement import config_for, measure_run
+
+    workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    with pytest.raises(TypeError, match="config"):
+        torchgauge.measure(workload, config=config_for(workload, 2, 1, ("time",)))  # one signature, not both
+    record = measure_run(workload, config_for(workload, 4, 1, ("time",)))
+    assert record.config.repeat == 4 and len(record.metrics["time_ms"]["samples"]) == 4
+    assert record.domain == "other"  # copied from the registry entry when the workload was built

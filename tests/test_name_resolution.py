@@ -19,14 +19,14 @@ def test_case_insensitive_name_resolves_to_the_registered_one() -> None:
 
 def test_exact_match_wins_over_case_folding(monkeypatch) -> None:
     spec = get_spec("resnet18")
-    monkeypatch.setitem(registry._specs, "ResNet18", dataclasses.replace(spec, name="ResNet18"))
+    monkeypatch.setitem(registry.entries.specs, "ResNet18", dataclasses.replace(spec, name="ResNet18"))
     assert resolve_name("resnet18") == "resnet18"
     assert resolve_name("ResNet18") == "ResNet18"
 
 
 def test_ambiguous_name_lists_the_candidates(monkeypatch) -> None:
     spec = get_spec("resnet18")
-    monkeypatch.setitem(registry._specs, "ResNet18", dataclasses.replace(spec, name="ResNet18"))
+    monkeypatch.setitem(registry.entries.specs, "ResNet18", dataclasses.replace(spec, name="ResNet18"))
     with pytest.raises(UnknownModelError, match=r"'RESNET18' is ambiguous: it matches resnet18, ResNet18 case-insensitively; give the exact name"):
         resolve_name("RESNET18")
     with pytest.raises(SelectionError, match="ambiguous"):

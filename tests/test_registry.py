@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import textwrap
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 
 import torchgauge
 from torchgauge import registry
-from torchgauge.registry import UnknownModelError, _natural_key, get_spec, list_models, load_model_file, register_model
+from torchgauge.registry import UnknownModelError, get_spec, list_models, load_model_file, register_model
+from torchgauge.registry.lookup import natural_key
 from torchgauge.workload import UnsupportedError
 
 PLANTED = "tests/fixtures/planted_models.py"
@@ -22,7 +24,7 @@ def _planted():
 
 def test_natural_sort() -> None:
     names = ["resnet101", "resnet18", "resnet50", "resnet152"]
-    assert sorted(names, key=_natural_key) == ["resnet18", "resnet50", "resnet101", "resnet152"]
+    assert sorted(names, key=natural_key) == ["resnet18", "resnet50", "resnet101", "resnet152"]
 
 
 def test_duplicate_name_raises() -> None:
@@ -122,7 +124,7 @@ def test_entry_point_plugins(monkeypatch) -> None:
         def load(self):
             loaded.append(True)
 
-    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [FakeEP()] if group == "torchgauge.models" else [])
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [FakeEP()] if group == "torchgauge.models" else [])
     assert registry.load_plugins() == ["fake_plugin"] and loaded == [True]
 
 

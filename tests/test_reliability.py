@@ -27,7 +27,7 @@ from torchgauge.report.escape import html_text, markdown_code, markdown_text, te
 from torchgauge.report.regression import render_markdown
 from torchgauge.report.table import error_line
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord, SchemaError, load_results
-from torchgauge.results.store import Store, StoreLockedError
+from torchgauge.results.store import STORE_SCHEMA_VERSION, Store, StoreLockedError
 from torchgauge.runner import ERROR_LINE_CHARS, RunnerOptions, run_suite
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -530,12 +530,13 @@ def test_a_version_1_database_is_migrated_with_its_suites_complete(tmp_path) -> 
     with Store(db) as store:
         store.save(_side("m", 1.0))
     conn = sqlite3.connect(db)  # make it look like a database written before completed_at
-    conn.executescript("ALTER TABLE suites DROP COLUMN completed_at; UPDATE meta SET value = '1';")
+    conn.executescript("ALTER TABLE suites DROP COLUMN completed_at; ALTER TABLE runs DROP COLUMN model_code_hash;"
+                       " UPDATE meta SET value = '1';")
     conn.close()
     with Store(db, readonly=True) as store:
         assert store.suites()[0].complete and store.resolve("latest") == 1
     with Store(db) as store:
-        assert store.schema_version == 2 and store.suites()[0].complete
+        assert store.schema_version == STORE_SCHEMA_VERSION and store.suites()[0].complete
 
 
 def test_compare_says_loudly_what_one_side_lacks(cli, tmp_path) -> None:

@@ -168,7 +168,7 @@ def test_model_preloads_are_imported_once_in_the_forkserver(tmp_path) -> None:
 
 
 def test_model_preloads_are_collected_from_the_selected_specs() -> None:
-    from torchgauge.runner import _model_preloads
+    from torchgauge.runner.suite_loop import _model_preloads
 
     load_model_file(str(Path("tests/fixtures/planted_preload.py").resolve()))
     configs = [_cfg("planted_preload_probe"), _cfg("no_such_model"), _cfg("planted_preload_probe", "eval")]
@@ -207,7 +207,7 @@ def test_per_model_isolation_shares_a_worker_and_survives_its_death() -> None:
 
 
 def test_per_model_groups_only_eager_fp32_runs() -> None:
-    from torchgauge.runner import _worker_groups
+    from torchgauge.runner.suite_loop import _worker_groups
 
     configs = [_cfg("a"), _cfg("b"), _cfg("a", mode="eval"), _cfg("a", mode="eval").with_(backend="inductor"),
                _cfg("a", mode="eval").with_(precision="bf16")]
@@ -219,3 +219,11 @@ def test_per_model_groups_only_eager_fp32_runs() -> None:
 def test_isolation_must_be_known() -> None:
     with pytest.raises(ValueError, match="accepted: per-run, per-model"):
         run_suite([_cfg("planted_ok")], RunnerOptions(isolation="per-host"))
+
+
+def test_every_record_gets_the_domain_of_its_one_pre_check_lookup() -> None:
+    load_model_file(PLANTED)
+    configs = [_cfg("planted_raises"), _cfg("planted_eval_only", "train"), _cfg("no_such_model")]
+    records = run_suite(configs, RunnerOptions(isolate=False, model_files=(PLANTED,)))
+    assert [(r.status, r.domain) for r in records] == [("error", "other"), ("unsupported", "other"), ("error", "")]
+    assert records[0].model_code_hash is not None  # a failed build still says which model code failed

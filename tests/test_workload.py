@@ -94,3 +94,15 @@ def test_optimizer_kinds() -> None:
     assert isinstance(ctx.optimizer(params, "adamw"), torch.optim.AdamW)
     with pytest.raises(ValueError, match="accepted: sgd, adam, adamw"):
         ctx.optimizer(params, "lamb")
+
+
+def test_backends_attach_a_declared_compile_probe() -> None:
+    from torchgauge.backends import CompileProbe, apply_backend
+
+    ctx = _ctx(mode="eval")
+    w = ctx.finish(Workload(ctx, nn.Linear(3, 1), (ctx.randn(2, 3),)))
+    assert "compile_probe" in vars(w) and w.compile_probe is None  # declared by the constructor, not attached later
+    apply_backend(w, "aot_eager", warmup=1)
+    assert isinstance(w.compile_probe, CompileProbe) and w.compile_probe.backend == "aot_eager"
+    apply_backend(w, "eager")
+    assert w.compile_probe is None

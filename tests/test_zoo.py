@@ -66,9 +66,15 @@ def _fake_torchvision() -> types.ModuleType:
 
 @pytest.fixture
 def isolated_registry(monkeypatch):
-    """Zoo specs registered by a test vanish with it (a copy of the registry's table)."""
-    registry._ensure_builtins()
-    monkeypatch.setattr(registry, "_specs", dict(registry._specs))
+    """Zoo specs registered by a test vanish with it (the registry's tables are restored)."""
+    from torchgauge.registry import entries
+
+    entries.load_builtin_index()
+    saved = dict(entries.specs), {module: set(names) for module, names in entries.names_by_module.items()}
+    yield
+    for table, copy in zip((entries.specs, entries.names_by_module), saved):
+        table.clear()
+        table.update(copy)
 
 
 def test_fake_timm_model_runs_through_the_harness(monkeypatch, isolated_registry) -> None:

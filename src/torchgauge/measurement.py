@@ -1,6 +1,7 @@
-"""``measure(workload)``: the timed pass plus any extra metric passes, as a run record.
+"""``measure_run(workload, config)``: the timed pass plus any extra metric passes, as a run record.
 
-This is the one function the library surface, the CLI and the isolated runner all use:
+This is the one function the library surface, the CLI and the isolated runner all use (the
+library's ``measure(workload, repeat, warmup)`` builds the configuration, then calls it):
 warm-up, a memory window opened after warm-up, ``repeat`` timed steps with device syncs,
 then each extra metric in its own pass (so profilers and counters never touch the timed
 samples).
@@ -27,7 +28,7 @@ from .stats.summary import summarize
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["adaptive_rule", "measure", "timing_metrics", "config_for", "nonfinite_parameters"]
+__all__ = ["adaptive_rule", "measure", "measure_run", "timing_metrics", "config_for", "nonfinite_parameters"]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -138,32 +139,40 @@ def measure(
     warmup: int = 3,
     *,
     metrics: Iterable[str] = ("time", "memory"),
-    config: RunConfig | None = None,
 ) -> RunRecord:
-    """Measure ``workload`` in this process.
+    """Measure ``workload`` in this process (the library path; the runner uses :func:`measure_run`).
 
     Args:
         workload: from :func:`torchgauge.create`.
         repeat: timed iterations; every sample is kept.
         warmup: untimed iterations first (lazy init, autotuning, compilation).
         metrics: names from :func:`torchgauge.harness.metrics.list_metrics`.
-        config: the run configuration to record (the runner passes its own).
 
     Returns:
         A :class:`~torchgauge.results.schema.RunRecord` with ``metrics["time_ms"]``
-        (``samples``, ``median``, ``min``, ``max``, ``iqr``, ...) and memory fields.
+        (``samples``, ``median``, ``min``, ``max``, ``iqr``, ...) and memory fields, whose
+        configuration describes the workload as built (:func:`config_for`).
 
     Example:
         >>> w = torchgauge.create("resnet18", mode="eval", size="smoke")  # doctest: +SKIP
         >>> torchgauge.measure(w, repeat=10).metrics["time_ms"]["median"]  # doctest: +SKIP
     """
-    from .registry import get_spec
+    return measure_run(workload, config_for(workload, repeat, warmup, metrics))
 
-    if config is None:
-        config = config_for(workload, repeat, warmup, metrics)
-    else:
-        repeat, warmup, metrics = config.repeat, config.warmup, config.metrics
-    names = validate_metrics(tuple(metrics))
+
+def measure_run(workload: "Workload", config: RunConfig) -> RunRecord:
+    """Measure ``workload`` as ``config`` says (``repeat``, ``warmup``, ``metrics``, adaptive
+    options) and record it under that configuration.
+
+    Args:
+        workload: built (and configured) for ``config``.
+        config: the run configuration; the record carries it unchanged.
+
+    Returns:
+        The run's :class:`~torchgauge.results.schema.RunRecord` (see :func:`measure`).
+    """
+    repeat, warmup = config.repeat, config.warmup
+    names = validate_metrics(tuple(config.metrics))
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t_start = time.perf_counter()
     device = workload.device
@@ -173,8 +182,8 @@ def measure(
         events=cuda_event_pair_factory() if device.type == "cuda" else None,
     )
     measured: dict[str, Any] = {}
-    # Set by torchgauge.backends for compiled backends: compilation must happen in warm-up.
-    compile_probe = getattr(workload, "compile_probe", None)
+    # Attached by torchgauge.backends for compiled backends: compilation must happen in warm-up.
+    compile_probe = workload.compile_probe
     if compile_probe is not None and warmup < 1:
         raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
     at_start = cpu_snapshot()
@@ -210,16 +219,12 @@ def measure(
         if name not in TIMED_PASS_METRICS:
             _collect_extra(name, workload, config, measured)
     t_end = time.perf_counter()
-    try:
-        domain = get_spec(workload.name).domain
-    except KeyError:
-        domain = ""
     phases = {"warmup": t_timed - t_warm, "timed": t_extra - t_timed, "extra": t_end - t_extra}
     return RunRecord(
         phases_s={k: round(v, 4) for k, v in phases.items()},
         config=config,
         status="fail_accuracy" if diverged else "ok",
-        domain=domain,
+        domain=workload.ctx.domain,
         metrics=measured,
         error=diverged,
         batch_size=workload.batch_size,

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import ModelSpec
 
-__all__ = ["INDEX_PATH", "BUILTIN_PREFIX", "build_index", "read_index", "render_index", "spec_entry", "main"]
+__all__ = ["INDEX_PATH", "BUILTIN_PREFIX", "build_index", "read_index", "render_index", "spec_entry", "spec_from_entry",
+           "main"]
 
 INDEX_PATH = Path(__file__).resolve().parent / "models" / "_index.json"
 # Modules under this prefix are built in and indexed; user files and plugins are not.
@@ -53,6 +54,7 @@ def spec_entry(spec: "ModelSpec") -> dict[str, Any]:
         "source": spec.source,
         "train_batch_size": spec.train_batch_size,
         "eval_batch_size": spec.eval_batch_size,
+        "cpu_batch_size": list(spec.cpu_batch_size) if spec.cpu_batch_size else None,
         "modes": list(spec.modes),
         "devices": list(spec.devices),
         "tags": sorted(spec.tags),
@@ -63,6 +65,32 @@ def spec_entry(spec: "ModelSpec") -> dict[str, Any]:
         "preload": list(spec.preload),
         "extra": {k: v for k, v in sorted(spec.extra.items()) if _json_value(v)},
     }
+
+
+def spec_from_entry(entry: dict[str, Any]) -> "ModelSpec":
+    """The :class:`ModelSpec` an index entry describes, with no builder (its module is not imported)."""
+    from .registry import ModelSpec
+
+    cpu_batch_size = entry.get("cpu_batch_size")  # absent from indexes written before it was kept
+    return ModelSpec(
+        name=entry["name"],
+        builder=None,
+        domain=entry["domain"],
+        task=entry["task"],
+        source=entry["source"],
+        train_batch_size=entry["train_batch_size"],
+        eval_batch_size=entry["eval_batch_size"],
+        cpu_batch_size=tuple(cpu_batch_size) if cpu_batch_size else None,
+        modes=tuple(entry["modes"]),
+        devices=tuple(entry["devices"]),
+        tags=frozenset(entry["tags"]),
+        param_count=entry["param_count"],
+        unsupported_precisions=tuple(entry["unsupported_precisions"]),
+        notes=entry["notes"],
+        module=entry["module"],
+        preload=tuple(entry["preload"]),
+        extra=dict(entry["extra"]),
+    )
 
 
 def build_index() -> list[dict[str, Any]]:

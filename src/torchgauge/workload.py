@@ -14,11 +14,14 @@ import contextlib
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backends import CompileProbe
 
 __all__ = [
     "SMOKE_BATCH_SIZE",
@@ -61,6 +64,9 @@ class BuildContext:
     size: str  # "full" or "smoke"
     seed: int = 0
     batch_size_given: bool = False  # True when the caller chose batch_size explicitly
+    # The model's domain, copied from its registry entry by ``create`` (the one lookup):
+    # ``measure`` records it; "" for a context built by hand.
+    domain: str = ""
 
     def __post_init__(self) -> None:
         if self.size == "smoke" and not self.batch_size_given:
@@ -146,6 +152,11 @@ class Workload:
             only; precision configuration replaces it (AMP).
         grad_scaler: loss scaler for fp16 AMP training (None otherwise); ``train_step``
             scales the loss and unscales before the optimizer step when it is set.
+        compile_probe: attached by :func:`torchgauge.backends.apply_backend` for a compiling
+            backend (None otherwise); ``measure`` reads the compile cost through it.
+
+    A compiling backend may also replace ``forward`` (or ``step``, or the module) on the
+    instance with its compiled form; nothing else is attached to a workload after it is built.
     """
 
     # How eval runs: "inference" (default), "no_grad" for models that break under
@@ -179,6 +190,9 @@ class Workload:
         self.autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
         # Set by fp16 AMP training (torchgauge.precision): train_step scales the loss.
         self.grad_scaler: torch.amp.GradScaler | None = None
+        # Set by torchgauge.backends.apply_backend: the compile-cost probe of a compiled
+        # backend, marked after warm-up and read after the timed pass by measure().
+        self.compile_probe: CompileProbe | None = None
 
     # -- configuration read-outs -----------------------------------------------------------
     @property

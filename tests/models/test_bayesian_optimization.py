@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.models.other import bayesian_optimization as bo
+from torchgauge.models.other.probabilistic import bayesian_optimization as bo
 
 
 def _naive_ei(u: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ import torch
 from torch.distributions import MultivariateNormal
 
 import torchgauge
-from torchgauge.models.other.dagmm import (
+from torchgauge.models.other.probabilistic.dagmm import (
     COV_EPS,
     DAGMM,
     DAGMMConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import torchgauge
-from torchgauge.models.other.deq_mdeq import anderson, implicit_backward
+from torchgauge.models.other.implicit.deq_mdeq import anderson, implicit_backward
 
 F64 = torch.float64
 

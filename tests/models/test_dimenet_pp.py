@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.models.other.dimenet_pp import (
+from torchgauge.models.other.scientific.dimenet_pp import (
     DimeNetPlusPlus,
     DimeNetPPConfig,
     Envelope,
@@ -17,7 +17,7 @@ from torchgauge.models.other.dimenet_pp import (
     spherical_bessel_zeros,
     triplets,
 )
-from torchgauge.models.other.schnet import radius_graph
+from torchgauge.models.other.scientific.schnet import radius_graph
 
 F64 = torch.float64
 

@@ -7,7 +7,7 @@ import math
 import torch
 
 import torchgauge
-from torchgauge.models.other.exprnn import ExpRNN, ExpRNNConfig, ModReLU, cayley_init_, henaff_init_
+from torchgauge.models.other.sequence.exprnn import ExpRNN, ExpRNNConfig, ModReLU, cayley_init_, henaff_init_
 
 F64 = torch.float64
 

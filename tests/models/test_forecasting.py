@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchgauge.models.other.autoformer import (
+from torchgauge.models.other.timeseries.autoformer import (
     AutoCorrelation,
     Autoformer,
     AutoformerConfig,
     MovingAverage,
     cross_correlation,
 )
-from torchgauge.models.other.deepar import DeepAR, DeepARConfig, lagged_values, negative_binomial
-from torchgauge.models.other.patchtst import PatchTST, PatchTSTConfig, ResidualAttention, RevIN, patchify
-from torchgauge.models.other.temporal_fusion_transformer import (
+from torchgauge.models.other.timeseries.deepar import DeepAR, DeepARConfig, lagged_values, negative_binomial
+from torchgauge.models.other.timeseries.patchtst import PatchTST, PatchTSTConfig, ResidualAttention, RevIN, patchify
+from torchgauge.models.other.timeseries.temporal_fusion_transformer import (
     GatedResidualNetwork,
     TemporalFusionTransformer,
     TFTConfig,

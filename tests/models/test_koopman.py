@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import torchgauge
-from torchgauge.models.other.koopman import (
+from torchgauge.models.other.scientific.koopman import (
     LKIS,
     LKISConfig,
     delay_pairs,

@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 
 import torchgauge
-from torchgauge.models.other.prodlda import DOC_LENGTH, ProdLDA, ProdLDAConfig, negative_elbo, synthetic_documents
+from torchgauge.models.other.probabilistic.prodlda import DOC_LENGTH, ProdLDA, ProdLDAConfig, negative_elbo, synthetic_documents
 from torchgauge.models.vision.generation.dalle_dvae import (
     DiscreteVAE,
     DVAEConfig,

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
-from torchgauge.models.other.lfads import LFADS, ClippedGRUCell, LFADSConfig, ar1_kl, normal_kl
+from torchgauge.models.other.sequence.lfads import LFADS, ClippedGRUCell, LFADSConfig, ar1_kl, normal_kl
 
 TINY = LFADSConfig(data_dim=5, seq_len=7, ic_enc_dim=6, ci_enc_dim=4, con_dim=5, co_dim=2, ic_dim=3,
                    gen_dim=8, fac_dim=4)

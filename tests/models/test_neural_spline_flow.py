@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import torchgauge
-from torchgauge.models.other.neural_spline_flow import (
+from torchgauge.models.other.probabilistic.neural_spline_flow import (
     LULinear,
     NeuralSplineFlow,
     NSFConfig,

@@ -11,9 +11,9 @@ from torch import nn
 from torch.nn import functional as F
 
 import torchgauge
-from torchgauge.models.other.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
-from torchgauge.models.other.differential_privacy import per_sample_gradients, privatize_gradients
-from torchgauge.models.other.lennard_jones import (
+from torchgauge.models.other.graph.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
+from torchgauge.models.other.privacy.differential_privacy import per_sample_gradients, privatize_gradients
+from torchgauge.models.other.scientific.lennard_jones import (
     PairPotential,
     distance_energies_and_forces,
     energies_and_forces,
@@ -21,12 +21,12 @@ from torchgauge.models.other.lennard_jones import (
     lennard_jones_forces,
     potential_mlp,
 )
-from torchgauge.models.other.linear_chain_crf import LinearChainCRF
-from torchgauge.models.other.maml import MAMLConfig, MAMLWorkload, OmniglotNet
-from torchgauge.models.other.moco import MoCo, MoCoConfig
-from torchgauge.models.other.ocean_grid import NumpyLegacyStream, grid_shape
-from torchgauge.models.other.pyhpc_equation_of_state import gsw_dhdct, specific_volume
-from torchgauge.models.other.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
+from torchgauge.models.other.sequence.linear_chain_crf import LinearChainCRF
+from torchgauge.models.other.meta_learning.maml import MAMLConfig, MAMLWorkload, OmniglotNet
+from torchgauge.models.other.self_supervised.moco import MoCo, MoCoConfig
+from torchgauge.models.other.scientific.ocean_grid import NumpyLegacyStream, grid_shape
+from torchgauge.models.other.scientific.pyhpc_equation_of_state import gsw_dhdct, specific_volume
+from torchgauge.models.other.scientific.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
 from torchgauge.workload import BuildContext
 
 F64 = torch.float64

@@ -7,7 +7,7 @@ import math
 import torch
 
 import torchgauge
-from torchgauge.models.other.s4d import S4D, S4DKernel, fft_convolution
+from torchgauge.models.other.sequence.s4d import S4D, S4DKernel, fft_convolution
 
 F64 = torch.float64
 

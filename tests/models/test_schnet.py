@@ -7,7 +7,7 @@ import math
 import torch
 
 import torchgauge
-from torchgauge.models.other.schnet import (
+from torchgauge.models.other.scientific.schnet import (
     GaussianSmearing,
     SchNet,
     SchNetConfig,

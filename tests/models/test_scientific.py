@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.models.other.fourier_neural_operator import (
+from torchgauge.models.other.scientific.fourier_neural_operator import (
     A_HIGH,
     A_LOW,
     FNO2d,
@@ -17,7 +17,7 @@ from torchgauge.models.other.fourier_neural_operator import (
     darcy_coefficients,
     relative_l2_loss,
 )
-from torchgauge.models.other.gaussian_process import JITTER, ExactGP, target_function
+from torchgauge.models.other.probabilistic.gaussian_process import JITTER, ExactGP, target_function
 from torchgauge.workload import BuildContext
 
 F64 = torch.float64

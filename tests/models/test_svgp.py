@@ -7,7 +7,7 @@ import math
 import torch
 
 import torchgauge
-from torchgauge.models.other.svgp import JITTER, SVGP, expected_log_likelihood
+from torchgauge.models.other.probabilistic.svgp import JITTER, SVGP, expected_log_likelihood
 
 F64 = torch.float64
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import torchgauge
-from torchgauge.models.vision.conv_blocks import make_divisible
+from torchgauge.models.common.conv_blocks import make_divisible
 from torchgauge.models.vision.nfnet import NFNet, NFNetConfig, ScaledStdConv2d, _same_padding
 from torchgauge.models.vision.quantized import resnet50_quantized_qat
 from torchgauge.models.vision.regnet import RegNetConfig, regnet_stages

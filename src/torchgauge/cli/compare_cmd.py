@@ -102,6 +102,7 @@ def compare_command(**kw: object) -> int:
     """
     import sys
 
+    from ..compare.code_changes import code_change_note, model_code_changes
     from ..compare.regression import EXIT_INCONCLUSIVE, compare_results, exit_code
     from ..report.regression import FINDING_COLUMNS, comparison_json, finding_rows, render_markdown
     from .terminal import Terminal
@@ -121,7 +122,7 @@ def compare_command(**kw: object) -> int:
             term.warning(f"{label} is an interrupted run: the configurations it never reached are missing from it")
     cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
                           count_threshold=kw["count_threshold"], time_signal=kw["time_signal"])
-    for note in (cmp.hardware_note, cmp.threads_note):
+    for note in (cmp.hardware_note, cmp.threads_note, code_change_note(model_code_changes(base.runs, new.runs))):
         if note:
             term.warning(f"{new_label} vs {base_label}: {note}")
     _warn_missing(cmp, {"base": base_label, "new": new_label}, term)

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ..results.schema import RunConfig, RunRecord
-from ..runner import RunnerOptions, _domain_of, run_suite
+from ..registry import model_domain
+from ..runner import RunnerOptions, run_suite
 
 __all__ = ["ATTEMPTS_PER_RUN", "ClusterError", "ClusterNode", "RayExecutor", "RayOptions", "choose_hardware"]
 
@@ -301,7 +302,7 @@ class RayExecutor:
             if attempt.earlier_failure and record.env is not None:
                 record.env = {**record.env, "ray_attempt": attempt.number, "ray_earlier_failure": attempt.earlier_failure}
             if not record.domain:
-                record.domain = _domain_of(record.config.model)
+                record.domain = model_domain(record.config.model)  # a record made here, not on a node
             done[attempt.index] = record
             if on_result:
                 on_result(record)

@@ -151,6 +151,8 @@ class RunRecord:
     # Where wall_s went, seconds: worker_start (fork to result, minus the run itself),
     # build, warmup, timed, extra (metric passes after the timed steps); see docs.
     phases_s: dict[str, float] = field(default_factory=dict)
+    # Hash of the model's source when it ran (torchgauge.model_code); None: not recorded (older files)
+    model_code_hash: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -194,6 +196,8 @@ class RunRecord:
             doc["threads"] = self.threads
         if self.phases_s:
             doc["phases_s"] = self.phases_s
+        if self.model_code_hash is not None:
+            doc["model_code_hash"] = self.model_code_hash
         return doc
 
     @classmethod
@@ -222,6 +226,7 @@ class RunRecord:
             env=doc.get("env"),
             threads=doc.get("threads"),
             phases_s=dict(doc.get("phases_s") or {}),
+            model_code_hash=doc.get("model_code_hash"),
         )
 
 

@@ -11,7 +11,8 @@ Layout (``STORE_SCHEMA_VERSION``)::
     runs(id, suite_id, env_id, model, domain, mode, device, precision, backend,
          batch_size, requested_batch_size, size, repeat, warmup, seed, status, error,
          started_at, wall_s, requested_metrics_json, options_json, model_kwargs_json,
-         metrics_json, samples_json)       -- one RunRecord; samples_json holds the raw
+         metrics_json, samples_json, model_code_hash)
+                                           -- one RunRecord; samples_json holds the raw
                                            -- time samples that metrics_json leaves out
 
 The database runs in WAL mode and every :meth:`Store.add_run` is its own transaction, so a
@@ -58,7 +59,7 @@ __all__ = [
     "metric_value",
 ]
 
-STORE_SCHEMA_VERSION = 2  # 2: suites.completed_at
+STORE_SCHEMA_VERSION = 3  # 2: suites.completed_at; 3: runs.model_code_hash
 # Environment variable naming the database (overrides the XDG default).
 DB_ENV_VAR = "TORCHGAUGE_DB"
 # Seconds a writer waits (SQLite retries with a growing backoff) for another writer's lock
@@ -106,7 +107,7 @@ CREATE TABLE IF NOT EXISTS runs (
     repeat INTEGER, warmup INTEGER, seed INTEGER,
     status TEXT NOT NULL, error TEXT, started_at TEXT, wall_s REAL,
     requested_metrics_json TEXT, options_json TEXT, model_kwargs_json TEXT,
-    metrics_json TEXT NOT NULL, samples_json TEXT NOT NULL
+    metrics_json TEXT NOT NULL, samples_json TEXT NOT NULL, model_code_hash TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_config ON runs (model, mode, device, precision, backend);
 CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite_id);
@@ -270,6 +271,9 @@ class Store:
                 self._conn.execute("ALTER TABLE suites ADD COLUMN completed_at TEXT")
                 self._conn.execute("UPDATE suites SET completed_at = created_at")
                 self._conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+            if version < 3:  # runs.model_code_hash; NULL for runs stored before it
+                self._conn.execute("ALTER TABLE runs ADD COLUMN model_code_hash TEXT")
+                self._conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
 
     def _check_schema(self) -> None:
         """Read-only open: the file must already be a torchgauge database this version reads."""
@@ -351,12 +355,12 @@ class Store:
         cur = self._conn.execute(
             "INSERT INTO runs (suite_id, env_id, model, domain, mode, device, precision, backend, batch_size,"
             " requested_batch_size, size, repeat, warmup, seed, status, error, started_at, wall_s,"
-            " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json, model_code_hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (suite_id, env_id, c.model, record.domain, c.mode, c.device, c.precision, c.backend,
              record.batch_size, c.batch_size, c.size, c.repeat, c.warmup, c.seed, record.status, record.error,
              record.started_at, record.wall_s, _dumps(list(c.metrics)), _dumps(c.options.to_dict()),
-             _dumps(dict(c.model_kwargs)), _dumps(metrics), _dumps(samples)),
+             _dumps(dict(c.model_kwargs)), _dumps(metrics), _dumps(samples), record.model_code_hash),
         )
         return int(cur.lastrowid)
 
@@ -497,6 +501,7 @@ class Store:
             config=config, status=row["status"], domain=row["domain"] or "", error=row["error"], metrics=metrics,
             batch_size=row["batch_size"], started_at=row["started_at"] or "", wall_s=row["wall_s"] or 0.0,
             env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
+            model_code_hash=row["model_code_hash"] if "model_code_hash" in row.keys() else None,  # store schema >= 3
         )
 
 

@@ -18,9 +18,9 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
+from ..common.padding import length_mask, random_lengths
+from ..common.transformer_layers import sinusoid_table
 from .gpt import Block
-from .padding import length_mask, random_lengths
-from .transformer import sinusoid_table
 
 __all__ = ["BERT"]
 

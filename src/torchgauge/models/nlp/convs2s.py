@@ -54,7 +54,7 @@ from torch.nn.utils.parametrizations import weight_norm
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .padding import length_mask, random_lengths
+from ..common.padding import length_mask, random_lengths
 
 __all__ = [
     "ConvS2S", "ConvS2SConfig", "ConvTBC", "LinearizedConvolution", "label_smoothed_nll_loss", "make_positions",

@@ -1,34 +1,17 @@
-"""other models: one file per architecture family, imported here to register them."""
+"""Models outside the five main domains, one subpackage per field, one file per architecture family.
+
+Every model here is registered with ``domain="other"``; the subpackage only says where its file lives.
+"""
 
 from . import (  # noqa: F401  (registers models)
-    afno,
-    autoformer,
-    basic_gnn,
-    bayesian_optimization,
-    dagmm,
-    deepar,
-    deq_mdeq,
-    differential_privacy,
-    dimenet_pp,
-    exprnn,
-    fourier_neural_operator,
-    gaussian_process,
-    koopman,
-    lennard_jones,
-    lfads,
-    linear_chain_crf,
-    maml,
-    maml_strided_conv,
-    moco,
-    neural_spline_flow,
-    patchtst,
-    prodlda,
-    pyhpc_equation_of_state,
-    pyhpc_isoneutral_mixing,
-    pyhpc_turbulent_kinetic_energy,
-    s4d,
-    schnet,
-    svgp,
-    temporal_fusion_transformer,
-    unbacked_tolist,
+    graph,
+    implicit,
+    meta_learning,
+    microbench,
+    privacy,
+    probabilistic,
+    scientific,
+    self_supervised,
+    sequence,
+    timeseries,
 )

@@ -37,7 +37,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..nlp.padding import length_mask, random_lengths
+from ..common.padding import length_mask, random_lengths
 
 __all__ = [
     "ConformerCTC",

@@ -38,7 +38,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..nlp.padding import random_lengths
+from ..common.padding import random_lengths
 from .hifigan import synthetic_audio
 
 __all__ = ["DeepSpeech2", "DeepSpeech2Config", "ctc_greedy_decode", "spectrogram"]

@@ -48,7 +48,7 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..vision.generation.adversarial import GeneratorDiscriminator
+from ..common.adversarial import GeneratorDiscriminator
 
 __all__ = [
     "Generator",

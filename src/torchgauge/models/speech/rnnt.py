@@ -25,7 +25,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..nlp.padding import random_lengths
+from ..common.padding import random_lengths
 
 __all__ = ["RNNT", "transducer_loss"]
 

@@ -6,7 +6,7 @@ TorchBench. Input: 80-dim filterbank frames (10 ms) stacked at a low frame rate 
 3, 320 dims), a Linear + LayerNorm front-end instead of an embedding, sinusoidal positions,
 6 + 6 post-LN layers (d_model 512, 8 heads, d_ff 2048, with biases), character decoder over
 AISHELL-1's 4,233 symbols with the output projection tied to the embedding, label-smoothed
-(0.1) cross-entropy. The layers are ``nlp.transformer``'s.
+(0.1) cross-entropy. The layers are ``common.transformer_layers``' (those of ``nlp.transformer``).
 
 Eval: the reference runs beam search (beam 5) on one utterance until <eos>; here eval is greedy
 decoding of a fixed 100 steps for the whole batch (no early stop), so the work does not depend
@@ -22,8 +22,8 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..nlp.padding import length_mask, random_lengths
-from ..nlp.transformer import DecoderLayer, EncoderLayer, causal_mask, sinusoid_table
+from ..common.padding import length_mask, random_lengths
+from ..common.transformer_layers import DecoderLayer, EncoderLayer, causal_mask, sinusoid_table
 
 __all__ = ["SpeechTransformer", "stack_low_frame_rate"]
 

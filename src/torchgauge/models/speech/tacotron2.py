@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..nlp.padding import length_mask, random_lengths
+from ..common.padding import length_mask, random_lengths
 
 __all__ = ["Tacotron2", "tacotron2_loss"]
 

@@ -15,7 +15,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import ClassifierHead
+from ..common.conv_blocks import ClassifierHead
 
 __all__ = ["CifarResNet"]
 

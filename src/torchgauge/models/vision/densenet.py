@@ -19,7 +19,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import ClassifierHead, init_conv_weights
+from ..common.conv_blocks import ClassifierHead, init_conv_weights
 from .torchvision_step import torchvision_classification
 
 __all__ = ["DenseNet", "DenseNetConfig"]

@@ -23,7 +23,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .conv_blocks import ConvNormAct, InvertedResidual, SqueezeExcite, init_conv_weights, make_divisible
+from ..common.conv_blocks import ConvNormAct, InvertedResidual, SqueezeExcite, init_conv_weights, make_divisible
 from .torchvision_step import torchvision_classification
 
 __all__ = ["MBlock", "MobileNet", "MobileNetConfig", "mobilenet_v2_config"]

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import ClassifierHead, SqueezeExcite
+from ..common.conv_blocks import ClassifierHead, SqueezeExcite
 
 __all__ = ["NFNet", "NFNetConfig", "ScaledStdConv2d"]
 

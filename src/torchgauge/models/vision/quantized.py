@@ -25,9 +25,9 @@ from torch.ao.nn.quantized import FloatFunctional
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, UnsupportedError, Workload, image_classification
 
-from .conv_blocks import ConvNormAct, InvertedResidual
+from ..common.conv_blocks import ConvNormAct, InvertedResidual
+from ..common.resnet import Bottleneck, ResNet
 from .mobilenet import MobileNet, mobilenet_v2_config
-from .resnet import Bottleneck, ResNet
 
 __all__ = ["Int8Classifier", "QuantStubbed", "QuantizableBottleneck", "QuantizableInvertedResidual"]
 

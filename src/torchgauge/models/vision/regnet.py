@@ -17,7 +17,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import ClassifierHead, ConvNormAct, SqueezeExcite, init_conv_weights
+from ..common.conv_blocks import ClassifierHead, ConvNormAct, SqueezeExcite, init_conv_weights
 
 __all__ = ["RegNet", "RegNetConfig", "regnet_stages"]
 

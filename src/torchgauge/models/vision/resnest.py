@@ -17,8 +17,8 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import make_divisible
-from .resnet import Bottleneck, ResNet
+from ..common.conv_blocks import make_divisible
+from ..common.resnet import Bottleneck, ResNet
 
 __all__ = ["ResNestBottleneck", "SplitAttention"]
 

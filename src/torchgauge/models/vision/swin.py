@@ -32,13 +32,14 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
+from ..common.weight_init import transformer_init_weights
+
 __all__ = [
     "SwinConfig",
     "SwinTransformer",
     "WindowAttention",
     "relative_position_index",
     "shifted_window_mask",
-    "transformer_init_weights",
     "window_partition",
     "window_reverse",
 ]
@@ -46,17 +47,6 @@ __all__ = [
 # The reference's value for "no attention" between regions of a shifted window (not -inf).
 MASK_VALUE = -100.0
 CLIP_GRAD = 5.0  # TRAIN.CLIP_GRAD of the reference config
-
-
-def transformer_init_weights(m: nn.Module) -> None:
-    """The reference's (timm's) ``_init_weights``: Linear weights trunc-normal(0.02), zero biases, unit LayerNorms."""
-    if isinstance(m, nn.Linear):
-        nn.init.trunc_normal_(m.weight, std=0.02)
-        if m.bias is not None:
-            nn.init.zeros_(m.bias)
-    elif isinstance(m, nn.LayerNorm):
-        nn.init.ones_(m.weight)
-        nn.init.zeros_(m.bias)
 
 
 @dataclass(frozen=True)

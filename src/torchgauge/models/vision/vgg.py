@@ -12,7 +12,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .conv_blocks import init_conv_weights
+from ..common.conv_blocks import init_conv_weights
 from .torchvision_step import torchvision_classification
 
 __all__ = ["VGG"]

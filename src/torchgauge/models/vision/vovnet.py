@@ -16,7 +16,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
-from .conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
+from ..common.conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
 
 __all__ = ["OSABlock", "VoVNet", "VoVNetConfig"]
 

@@ -78,6 +78,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE suites ADD COLUMN completed_at TEXT",
         "UPDATE suites SET completed_at = created_at",
     ),
+    # store.py's version 3: runs.model_code_hash (NULL for runs stored before it).
+    3: ("ALTER TABLE runs ADD COLUMN model_code_hash TEXT",),
 }
 # Tables whose INSERTs report the new row's id (SQLite's cursor.lastrowid).
 _ID_TABLES = re.compile(r"^\s*INSERT INTO (environments|suites|runs)\b", re.IGNORECASE)

@@ -59,7 +59,7 @@ class FCOSConfig:
     nms_thresh: float = 0.6
     detections_per_image: int = 100
     pixel_mean: tuple[float, float, float] = (103.53, 116.28, 123.675)  # BGR, MSRA models
-    # Scaled like the R-CNN family (see rcnn.RCNNConfig.pixel_std): unit-variance inputs for
+    # Scaled like the R-CNN family (see rcnn_config.RCNNConfig.pixel_std): unit-variance inputs for
     # random weights instead of Detectron2's raw 0-255 caffe convention.
     pixel_std: tuple[float, float, float] = (57.375, 57.12, 58.395)
 

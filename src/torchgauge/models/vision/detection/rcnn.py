@@ -14,7 +14,6 @@ scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so the registere
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -24,52 +23,10 @@ from ....registry import register_model
 from ....workload import BuildContext, Workload
 from .backbones import FPN, STAGE_NAMES, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
+from .rcnn_config import RCNNConfig
 from .rcnn_heads import RoIHeads, RPN
 
 __all__ = ["GeneralizedRCNN", "RCNNConfig"]
-
-
-@dataclass(frozen=True)
-class RCNNConfig:
-    """One R-CNN variant. Defaults: Detectron2's COCO Faster R-CNN R50-FPN."""
-
-    depth: int = 50  # ResNet depth: 50 or 101
-    neck: str = "fpn"  # "c4": res5 runs in the RoI head; "dc5": dilated res5 (stride 16); "fpn"
-    mask_on: bool = False  # add the Mask R-CNN mask branch
-    num_classes: int = 80  # foreground classes (COCO's 80; torchvision's layout has 90 ids)
-    background_first: bool = False  # torchvision layout: class 0 is background and gets box deltas
-    stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
-    width: int = 64  # ResNet stem / res2 width; smoke runs shrink it (_SMOKE_NARROW)
-    fc_dim: int = 1024  # hidden size of the two-FC box head
-    anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # one per FPN level, or all on C4/DC5
-    anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
-    round_anchors: bool = False  # torchvision rounds anchor corners to integers
-    rpn_pre_nms_topk: tuple[int, int] = (2000, 1000)  # (train, test); per level with FPN
-    rpn_post_nms_topk: tuple[int, int] = (1000, 1000)  # (train, test); per image
-    rpn_nms_thresh: float = 0.7
-    rpn_min_box_size: float = 0.0  # proposals must be wider/taller than this (torchvision: 1e-3)
-    rpn_batch_per_image: int = 256  # anchors sampled per image for the RPN loss
-    rpn_positive_fraction: float = 0.5
-    rpn_smooth_l1_beta: float = 0.0  # 0 is L1 (Detectron2); torchvision uses 1/9
-    rpn_loss_normalizer: str = "batch"  # "batch": B * 256 (Detectron2); "sampled" (torchvision)
-    roi_batch_per_image: int = 512  # proposals sampled per image for the RoI-head losses
-    roi_positive_fraction: float = 0.25
-    roi_smooth_l1_beta: float = 0.0  # torchvision uses 1/9
-    roi_aligned: bool = True  # half-pixel-corrected RoIAlign (Detectron2); torchvision: False
-    roi_sampling_ratio: int = 0  # 0: adaptive grid (Detectron2); torchvision samples 2x2 per bin
-    score_thresh: float = 0.05  # test-time class score threshold
-    nms_thresh: float = 0.5  # test-time per-class NMS
-    detections_per_image: int = 100
-    pixel_mean: tuple[float, float, float] = (103.53, 116.28, 123.675)  # BGR, MSRA models
-    # Detectron2's MSRA configs divide by 1.0 because their caffe-converted stem expects raw
-    # 0-255 pixels; with random weights that starts activations ~60x too large and the first
-    # SGD step diverges, so pixels are scaled like torchvision's (same op, different constant).
-    pixel_std: tuple[float, float, float] = (57.375, 57.12, 58.395)
-
-    @property
-    def size_divisibility(self) -> int:
-        """FPN merges levels by 2x upsampling, so padded sides are multiples of its coarsest stride."""
-        return 32 if self.neck == "fpn" else 0
 
 
 class GeneralizedRCNN(nn.Module):

@@ -4,12 +4,12 @@ Written after Detectron2's ``RPN``, ``StandardROIHeads``, ``Res5ROIHeads``,
 ``FastRCNNOutputLayers`` and ``MaskRCNNConvUpsampleHead`` (Apache-2.0) and torchvision's
 ``RegionProposalNetwork`` / ``RoIHeads`` (BSD-3-Clause); papers: Ren et al., "Faster R-CNN"
 (2015) and He et al., "Mask R-CNN" (2017). The variant-level choices (loss normalisers, class
-layout, RoIAlign flavour) come from :class:`~.rcnn.RCNNConfig`.
+layout, RoIAlign flavour) come from :class:`~.rcnn_config.RCNNConfig`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,10 +17,8 @@ from torch import Tensor, nn
 
 from .backbones import frozen_residual_scale, make_stage
 from .boxes import AnchorGenerator, BoxCoder, Matcher, anchor_shapes, batched_nms, box_iou, clip_boxes, nonempty_boxes, sample_labels
+from .rcnn_config import RCNNConfig
 from .roi_align import RoIPooler, paste_masks, roi_align
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .rcnn import RCNNConfig
 
 __all__ = ["RPN", "RoIHeads"]
 

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from ..conv_blocks import ConvNormAct
+from ...common.conv_blocks import ConvNormAct
 from .batch import DetectionWorkload, synthetic_detection_batch
 from .boxes import DEFAULT_SCALE_CLAMP, batched_nms, clip_boxes
 

@@ -21,7 +21,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .adversarial import AdversarialWorkload, normal_init_
+from ...common.adversarial import AdversarialWorkload, normal_init_
 
 __all__ = ["ResnetBlock"]
 

@@ -38,7 +38,7 @@ from torch.nn.utils.parametrizations import spectral_norm
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .adversarial import AdversarialWorkload
+from ...common.adversarial import AdversarialWorkload
 
 __all__ = ["SAGANConfig", "SAGANDiscriminator", "SAGANGenerator", "SelfAttention"]
 

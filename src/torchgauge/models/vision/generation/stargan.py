@@ -18,7 +18,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .adversarial import AdversarialWorkload
+from ...common.adversarial import AdversarialWorkload
 
 __all__: list[str] = []
 

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from ..conv_blocks import init_conv_weights
+from ...common.conv_blocks import init_conv_weights
 from ..vgg import VGG16_LAYERS
 
 __all__ = [

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from ..resnet import Bottleneck, ResNet
+from ...common.resnet import Bottleneck, ResNet
 
 __all__ = [
     "DBNet",

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, UnsupportedError, Workload
 
-from ..vision.resnet import group_norm, resnet
+from ...common.resnet import group_norm, resnet
 
 __all__ = ["per_sample_gradients", "privatize_gradients"]
 

@@ -1,5 +1,6 @@
 """What the GAN workloads share: one container for both networks and a two-optimizer workload.
 
+Used by the image GANs of ``vision.generation`` and by ``speech.hifigan`` (a GAN vocoder).
 DCGAN, pix2pix and StarGAN each train a generator and a discriminator with their own Adam
 optimizers, alternating a discriminator update and a generator update in one iteration
 (PyTorch DCGAN example, BSD-3-Clause; pytorch-CycleGAN-and-pix2pix, BSD; StarGAN, MIT).

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from torchgauge.models.other.schnet import qm9_like_molecules, radius_graph, scatter_sum
+from .schnet import qm9_like_molecules, radius_graph, scatter_sum
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 

@@ -37,7 +37,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..vision.swin import transformer_init_weights
+from ...common.weight_init import transformer_init_weights
 from .fourier_neural_operator import relative_l2_loss
 
 __all__ = ["AFNO2D", "AFNOConfig", "AFNONet"]

@@ -1,4 +1,4 @@
-"""Convolutional building blocks shared by the classification families in this package.
+"""Convolutional building blocks shared by the vision families and the ResNet of ``common.resnet``.
 
 Shapes follow torchvision's ``ops/misc.py`` (``Conv2dNormActivation``, ``SqueezeExcitation``,
 BSD-3-Clause) and timm's ``layers/helpers.py`` (``make_divisible``, Apache-2.0). Only blocks

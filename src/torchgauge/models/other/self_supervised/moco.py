@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..vision.resnet import resnet
+from ...common.resnet import resnet
 
 __all__ = ["MoCo"]
 

@@ -1,0 +1,3 @@
+"""Compiler microbenchmarks: not models, single patterns a compiler must handle."""
+
+from . import unbacked_tolist  # noqa: F401  (registers models)

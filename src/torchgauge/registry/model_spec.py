@@ -1,0 +1,84 @@
+"""What the registry knows about a model: :class:`ModelSpec`, the accepted domains and modes, the errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..workload import Workload
+
+__all__ = ["DOMAINS", "MODES", "SIZES", "AmbiguousModelError", "ModelFileError", "ModelSpec", "UnknownModelError"]
+
+# The six domains of the TorchBench paper's Table 1.
+DOMAINS = ("vision", "nlp", "recommendation", "rl", "speech", "other")
+MODES = ("train", "eval")
+SIZES = ("full", "smoke")
+
+
+class UnknownModelError(KeyError):
+    """Raised for a model name that is not registered; the message lists close matches."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want plain text
+        return str(self.args[0])
+
+
+class AmbiguousModelError(UnknownModelError):
+    """Raised for a name that matches several registered names case-insensitively (all listed)."""
+
+
+class ModelFileError(ValueError):
+    """A ``--model-file`` could not be loaded; the message is ``path:line: Type: message``."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Registry record of one model: its builder plus metadata as data."""
+
+    name: str
+    # None for a model listed from the generated index whose module is not imported yet;
+    # get_builder() imports it (see torchgauge.model_index).
+    builder: Callable[..., "Workload"] | None
+    domain: str  # one of DOMAINS
+    task: str  # e.g. "classification", "language_modeling"
+    source: str  # paper or reference implementation the architecture follows
+    train_batch_size: int  # the original training code's batch size (paper, sec. 2.2)
+    eval_batch_size: int  # default inference batch size (tune-batch can search a better one)
+    # (train, eval) defaults on CPU where they differ (TorchBench divides several eval batches
+    # on CPU, e.g. BERT_pytorch 16 -> 2); None: the same as on any other device.
+    cpu_batch_size: tuple[int, int] | None = None
+    modes: tuple[str, ...] = MODES  # modes the model supports
+    devices: tuple[str, ...] = ("cpu", "cuda")  # device types the model supports
+    tags: frozenset[str] = frozenset()  # free-form labels, e.g. "mlperf", "hf", "generation"
+    param_count: int | None = None  # reference architecture's published parameter count
+    unsupported_precisions: tuple[str, ...] = ()  # e.g. ("fp16",) with reasons in `notes`
+    notes: str = ""  # anything a user should know (why a mode or precision is unsupported)
+    module: str = ""  # python module that registered it (the architecture family)
+    # Heavy modules the builder imports lazily (e.g. transformers): a suite run that selects
+    # the model imports them once in the runner's forkserver, not again in every worker.
+    preload: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def batch_size(self, mode: str, device_type: str | None = None) -> int:
+        """Default batch size for ``mode`` on ``device_type`` (``"cpu"``, ``"cuda"``; None: not CPU)."""
+        if device_type == "cpu" and self.cpu_batch_size is not None:
+            return self.cpu_batch_size[0] if mode == "train" else self.cpu_batch_size[1]
+        return self.train_batch_size if mode == "train" else self.eval_batch_size
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready metadata (no builder)."""
+        return {
+            "name": self.name,
+            "domain": self.domain,
+            "task": self.task,
+            "source": self.source,
+            "train_batch_size": self.train_batch_size,
+            "eval_batch_size": self.eval_batch_size,
+            "cpu_batch_size": list(self.cpu_batch_size) if self.cpu_batch_size else None,
+            "modes": list(self.modes),
+            "devices": list(self.devices),
+            "tags": sorted(self.tags),
+            "param_count": self.param_count,
+            "module": self.module,
+            "notes": self.notes,
+        }

@@ -408,7 +408,8 @@ def _report(**overrides):
     found = CulpritReport("found", "aaa", [{"label": "bbb", "commit": "b" * 40, "subject": "slow", "files_changed": 2,
                                             "insertions": 5, "deletions": 1}], 0.3)
     outcomes = [ConfigOutcome("m/eval", "bisected", direction="regression", change=0.31, culprits=[found], noise=0.02),
-                ConfigOutcome("m/train", "not_reproduced", change=0.01, noise=0.2, message="good and bad do not differ")]
+                ConfigOutcome("m/train", "not_reproduced", change=0.01, noise=0.2,
+                              message="good and bad do not differ")]
     fields = dict(kind="git", points=8, builds=3, cache_hits=1, measurements=4, measured_points=4,
                   skipped_points=["ccc"], outcomes=outcomes, threshold=0.07, alpha=0.01, threads=2)
     return BisectReport(**{**fields, **overrides})

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .params import PROBABILITY, SECONDS, check_device, fraction, non_negative, positive, selected_models, split_csv, threshold
+from .params import (PROBABILITY, SECONDS, check_device, fraction, non_negative, positive, selected_models, split_csv,
+                     threshold)
 
 
 @click.command("bisect")
@@ -143,9 +144,10 @@ def _source(kw: dict, workdir: str):
     given = [f"--{n.replace('_cmd', '').replace('_', '-')}" for n, v in git_opts.items() if v]
     if kw["versions"]:
         if given:
-            raise click.UsageError(f"--versions cannot be combined with {', '.join(given)}; choose a git range or versions")
-        return VersionRange(split_csv(str(kw["versions"])), workdir=workdir, pip_args=tuple(shlex.split(kw["pip_args"])),
-                            build_timeout_s=float(kw["build_timeout"]))
+            raise click.UsageError(f"--versions cannot be combined with {', '.join(given)}; "
+                                   "choose a git range or versions")
+        return VersionRange(split_csv(str(kw["versions"])), workdir=workdir,
+                            pip_args=tuple(shlex.split(kw["pip_args"])), build_timeout_s=float(kw["build_timeout"]))
     missing = [f"--{n.replace('_cmd', '')}" for n, v in git_opts.items() if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}; accepted: --repo/--good/--bad/--build, or --versions")

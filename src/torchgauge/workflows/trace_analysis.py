@@ -36,11 +36,21 @@ class TraceFileError(ValueError):
 
 
 @dataclass
-class DeviceAnalysis:
-    """One device of one trace file: its breakdown over all steps and per step, and kernel tables."""
+class _DeviceOfFile:
+    """One device of one trace file."""
 
     file: str
     device: str
+
+    @property
+    def label(self) -> str:
+        return f"{os.path.basename(self.file)} {self.device}"
+
+
+@dataclass
+class DeviceAnalysis(_DeviceOfFile):
+    """One device of one trace file: its breakdown over all steps and per step, and kernel tables."""
+
     platform: str
     rank: int | None
     breakdown: dict[str, Any]  # the breakdown record over the whole window
@@ -51,10 +61,6 @@ class DeviceAnalysis:
     skipped: dict[str, int] = field(default_factory=dict)
     steps_annotated: bool = False
 
-    @property
-    def label(self) -> str:
-        return f"{os.path.basename(self.file)} {self.device}"
-
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "device": self.device, "platform": self.platform, "rank": self.rank,
                 "steps_annotated": self.steps_annotated, "skipped": self.skipped, "breakdown": self.breakdown,
@@ -63,19 +69,13 @@ class DeviceAnalysis:
 
 
 @dataclass
-class DeviceDiagnosis:
+class DeviceDiagnosis(_DeviceOfFile):
     """Findings for one device of one trace file."""
 
-    file: str
-    device: str
     steps: int
     span_ms: float
     findings: list[Finding]
     skipped: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return f"{os.path.basename(self.file)} {self.device}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "device": self.device, "steps": self.steps, "span_ms": self.span_ms,

@@ -30,47 +30,11 @@ from .findings import Finding
 from .idle_gaps import rule_idle_gap
 from .launch_storm import rule_launch_storm
 from .syncs import rule_sync
-from .thresholds import (
-    EXCEPTION_MIN_PER_STEP,
-    FOREACH_OPS,
-    HEAVY_TRAFFIC_MIN_BYTES,
-    HEAVY_TRAFFIC_RATIO,
-    HOST_READ_OPS,
-    HOST_STATE_PATHS,
-    IDLE_GAP_US,
-    IDLE_MIN_FRACTION,
-    IDLE_MIN_STEP_FRACTION,
-    STORM_MAX_GAP_US,
-    STORM_MAX_PERIOD,
-    STORM_MIN_REPEATS,
-    SYNC_OPS,
-    SYNC_WRAPPERS,
-    TINY_COPY_BYTES,
-    TINY_OP_US,
-)
+from . import thresholds
+from .thresholds import *  # noqa: F403 (the thresholds are part of the rules' public names)
 from .transfers import rule_heavy_traffic, rule_tiny_h2d
 
-__all__ = [
-    "EXCEPTION_MIN_PER_STEP",
-    "FOREACH_OPS",
-    "HEAVY_TRAFFIC_MIN_BYTES",
-    "HEAVY_TRAFFIC_RATIO",
-    "HOST_READ_OPS",
-    "HOST_STATE_PATHS",
-    "IDLE_GAP_US",
-    "IDLE_MIN_FRACTION",
-    "IDLE_MIN_STEP_FRACTION",
-    "RULES",
-    "STORM_MAX_GAP_US",
-    "STORM_MAX_PERIOD",
-    "STORM_MIN_REPEATS",
-    "SYNC_OPS",
-    "SYNC_WRAPPERS",
-    "TINY_COPY_BYTES",
-    "TINY_OP_US",
-    "Finding",
-    "diagnose",
-]
+__all__ = ["RULES", "Finding", "diagnose", *thresholds.__all__]
 
 # Rule name -> the function finding it, in the order findings of equal cost are listed.
 _RULE_FNS: dict[str, Callable[[TraceContext], list[Finding]]] = {

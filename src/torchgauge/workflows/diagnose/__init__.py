@@ -29,7 +29,7 @@ class Diagnosis:
     batch_size: int
     steps: int
     span_ms: float  # profiled wall time of all steps
-    findings: list = field(default_factory=list)  # of compare.diagnose.Finding
+    findings: list = field(default_factory=list)  # of rules.Finding
     model_files: tuple[str, ...] = ()
     trace_path: str | None = None
 

@@ -54,7 +54,7 @@ class Quantity:
     deterministic: bool = False  # True: one value per run is exact (no sampling noise)
     threshold: float = DEFAULT_THRESHOLD  # default relative change that counts
     rule: str = "rank_test"  # one of RULES
-    title: str = ""  # human title in tables and charts, e.g. "peak CPU memory"
+    title: str = ""  # short human title in table headers and chart legends, e.g. "CPU mem"
     samples: tuple[str, ...] = ()  # path of the raw per-step samples (rank_test); value() falls back to their median
     ratio_key: str | None = None  # the column name in compare-backends/-devices ratios; None: not a ratio column
 
@@ -183,9 +183,9 @@ def _load_metric_modules() -> None:
 # The timed pass's quantities (measurement.py fills time_ms, the peaks and, for compiling
 # backends, metrics["compile"] during warm-up).
 declare_quantities(
-    Quantity("time", ("time_ms", "median"), "ms", title="execution time", samples=("time_ms", "samples"),
+    Quantity("time", ("time_ms", "median"), "ms", title="time", samples=("time_ms", "samples"),
              ratio_key="time"),
-    Quantity("cpu_peak_mb", ("cpu_peak_mb",), "MiB", rule="memory", title="peak CPU memory", ratio_key="cpu_mem"),
-    Quantity("gpu_peak_mb", ("gpu_peak_mb",), "MiB", rule="memory", title="peak GPU memory", ratio_key="gpu_mem"),
+    Quantity("cpu_peak_mb", ("cpu_peak_mb",), "MiB", rule="memory", title="CPU mem", ratio_key="cpu_mem"),
+    Quantity("gpu_peak_mb", ("gpu_peak_mb",), "MiB", rule="memory", title="GPU mem", ratio_key="gpu_mem"),
     Quantity("compile_s", ("compile", "compile_s"), "s", rule="none", title="compile time"),
 )

@@ -57,7 +57,7 @@ def config_key(record: RunRecord | RunConfig, without: str | Iterable[str] = ())
 
     Example:
         >>> from torchgauge.results.schema import RunConfig
-        >>> config_key(RunConfig("resnet18", backend="inductor"), without="backend")
+        >>> config_key(RunConfig("resnet18", mode="eval", backend="inductor"), without="backend")
         ('resnet18', 'eval', 'cpu', 'fp32', None)
     """
     c = _config(record)

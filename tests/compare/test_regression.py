@@ -208,6 +208,6 @@ def test_groups_of_rounds_pair_like_single_runs() -> None:
     new = _rf(_run("m", 12, seed=9), _run("flaky", 10, seed=2), _run("flaky", status="error"))
     cmp = compare_results(base, new)
     (f,) = [f for f in cmp.regressions if f.metric == "time_ms"]
-    assert (f.config.model, f.n_base, f.n_new) == ("m", 30, 10)  # fewer than 3 groups a side: pooled samples
+    assert (f.config.model, f.n_base, f.n_new) == ("m", 3, 10)  # base: 3 process medians; new: its 10 samples
     assert [(s.config.model, s.base_status, s.new_status) for s in cmp.new_failures] == [("flaky", "ok", "error")]
     assert cmp.unmatched == [] and cmp.compared == 1

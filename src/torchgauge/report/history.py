@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..compare.matching import config_key
 from ..harness.metrics import quantity
+from ..results.schema import RunConfig
 from ..results.store import SeriesPoint
 from ..stats.compare import DEFAULT_THRESHOLD
 from ..stats.steps import detect_regressions, detect_steps
@@ -31,12 +33,14 @@ class HistoryTable:
 
 def series_groups(points: Sequence[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
     """``points`` split by configuration, keyed by its label (``eval/cpu/fp32/eager``, ``/bs=N`` when set)."""
-    groups: dict[str, list[SeriesPoint]] = {}
+    groups: dict[tuple, list[SeriesPoint]] = {}
     for p in points:
-        c = p.config
-        label = f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
-        groups.setdefault(label, []).append(p)
-    return groups
+        groups.setdefault(config_key(p.config, without="model"), []).append(p)
+    return {_series_label(pts[0].config): pts for pts in groups.values()}
+
+
+def _series_label(c: RunConfig) -> str:
+    return f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
 
 
 def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: float = DEFAULT_THRESHOLD) -> list[HistoryTable]:

@@ -1,22 +1,22 @@
 """Regression detection between two result sets (a base build and a new one).
 
-The rule (TorchBench's nightly guard, made noise-aware; docs/regression-detection.md):
-
 Which metrics are judged, and how, comes from the metric registry
 (:func:`torchgauge.harness.metrics.quantities`: each quantity's ``rule``); a finding names its
 quantity by its record key (``time_ms``, ``cpu_peak_mb``, ...). Runs pair through
 :func:`torchgauge.compare.matching.match_groups`, the pairing of the backend and device
 comparisons, with several runs of a configuration on a side as one group.
 
-* **time** (rule ``rank_test``, ``metrics["time_ms"]["samples"]``): flagged when the median slowdown reaches
-  the threshold AND a one-sided Mann-Whitney U test is significant after a Holm or
+The rules (TorchBench's nightly guard, made noise-aware; docs/regression-detection.md):
+
+* **time** (rule ``rank_test``, ``metrics["time_ms"]["samples"]``): flagged when the median
+  slowdown reaches the threshold AND a one-sided Mann-Whitney U test is significant after a Holm or
   Benjamini-Hochberg correction over every tested configuration
   (:func:`torchgauge.stats.compare.judge`). When a side holds several runs of one
   configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
   runs), the per-process medians are tested instead of the pooled samples
   (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
-* **memory** (rule ``memory``: ``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor scaled to the
-  measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
+* **memory** (rule ``memory``: ``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor
+  scaled to the measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
   memory like time.
 * **flags** (rule ``flag``: ``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
 * **deterministic counts** (rule ``exact``: ``instructions``, ``op_counts``, ``flops``): the
@@ -24,7 +24,7 @@ comparisons, with several runs of a configuration on a side as one group.
   operators' counts changed.
 * **statuses**: a usable run that now fails is a new failure; the reverse is a fix.
 
-Pure judging: no torch, no I/O. ``bisect`` calls :func:`compare_results` too.
+Pure judging: no I/O, no measuring. ``bisect`` calls :func:`compare_results` too.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from ..stats.compare import DEFAULT_THRESHOLD
+from ..stats.compare import DEFAULT_THRESHOLD, median
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..results.schema import RunConfig
@@ -78,10 +78,8 @@ class Quantity:
         value = _follow(record_metrics, self.path)
         if value is None and self.samples:
             raw = _follow(record_metrics, self.samples)
-            clean = sorted(float(s) for s in raw or [] if _number(s)) if isinstance(raw, list) else []
-            if clean:
-                mid = len(clean) // 2
-                value = clean[mid] if len(clean) % 2 else (clean[mid - 1] + clean[mid]) / 2.0
+            clean = [float(s) for s in raw if _number(s)] if isinstance(raw, list) else []
+            value = median(clean) if clean else None
         return float(value) if _number(value) else None
 
 

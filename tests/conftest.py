@@ -1,6 +1,8 @@
 import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -50,10 +52,26 @@ def gpu_traces() -> Path:
     return folder
 
 
+_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def load_fixture_module(name: str) -> ModuleType:
+    """tests/fixtures/<name>.py as module ``name`` (tests are not a package), loaded once per session."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _FIXTURES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file executes
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def fixture_module():
+    """:func:`load_fixture_module`: ``fixture_module("local_postgres")`` is tests/fixtures/local_postgres.py."""
+    return load_fixture_module
+
+
 @pytest.fixture(scope="session")
 def kineto():
     """tests/fixtures/kineto_traces.py: builders of synthetic Kineto trace events."""
-    spec = importlib.util.spec_from_file_location("kineto_traces", Path(__file__).parent / "fixtures" / "kineto_traces.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_fixture_module("kineto_traces")

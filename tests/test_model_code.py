@@ -15,7 +15,7 @@ from torchgauge.runner import RunnerOptions, run_suite
 
 MODEL_FILE = textwrap.dedent('''
     import torch
-    from torchgauge.models.vision.conv_blocks import init_conv_weights
+    from torchgauge.models.common.conv_blocks import init_conv_weights
     from torchgauge.registry import register_model
     from torchgauge.workload import Workload
 
@@ -54,7 +54,7 @@ def test_a_worker_records_the_hash_and_an_edit_changes_it(tmp_path) -> None:
     path = _write_model(tmp_path / "edited_model.py", "code_hash_probe", width=3)
     load_model_file(path)
     module = get_spec("code_hash_probe").module
-    assert "torchgauge.models.vision.conv_blocks" in model_sources(module)  # a models/ import of a --model-file
+    assert "torchgauge.models.common.conv_blocks" in model_sources(module)  # a models/ import of a --model-file
     config = RunConfig("code_hash_probe", mode="eval", size="smoke", repeat=2, warmup=1, metrics=("time",))
     options = RunnerOptions(model_files=(path,), timeout_s=300)
     (before,) = run_suite([config], options)

@@ -200,3 +200,14 @@ def test_compare_says_when_the_sides_ran_with_different_threads() -> None:
     assert "new unrecorded" in threads_note(one, old)
     cmp = compare_results(one, two)
     assert cmp.threads_note == note and cmp.to_dict()["threads_note"] == note
+
+
+def test_groups_of_rounds_pair_like_single_runs() -> None:
+    # rounds: three processes in base, one in new; a failed round fails its configuration
+    base = _rf(*[_run("m", 10, seed=i) for i in range(3)], _run("flaky", 10), _run("flaky", 10, seed=1))
+    new = _rf(_run("m", 12, seed=9), _run("flaky", 10, seed=2), _run("flaky", status="error"))
+    cmp = compare_results(base, new)
+    (f,) = [f for f in cmp.regressions if f.metric == "time_ms"]
+    assert (f.config.model, f.n_base, f.n_new) == ("m", 3, 10)  # base: 3 process medians; new: its 10 samples
+    assert [(s.config.model, s.base_status, s.new_status) for s in cmp.new_failures] == [("flaky", "ok", "error")]
+    assert cmp.unmatched == [] and cmp.compared == 1

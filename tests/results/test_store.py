@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -111,40 +105,3 @@ def test_default_path_honours_env(monkeypatch, tmp_path) -> None:
     assert default_db_path() == tmp_path / "torchgauge" / "history.sqlite"
     monkeypatch.setenv("TORCHGAUGE_DB", str(tmp_path / "x.sqlite"))
     assert default_db_path() == tmp_path / "x.sqlite"
-
-
-_WRITER = textwrap.dedent("""
-    import sys, time
-    from torchgauge.results.schema import RunConfig, RunRecord
-    from torchgauge.results.store import Store
-    store = Store(sys.argv[1])
-    suite = store.begin_suite({"torch_version": "2.13.0", "machine_fingerprint": "m1"})
-    for i in range(3):
-        store.add_run(suite, RunRecord(RunConfig(f"m{i}"), "ok", metrics={"time_ms": {"samples": [1.0, 2.0]}}))
-    # the fourth run is mid-write when the parent kills us: inside an open transaction
-    store._conn.execute("BEGIN IMMEDIATE")
-    store._insert_run(suite, RunRecord(RunConfig("m3"), "ok", metrics={}))
-    print("writing", flush=True)
-    time.sleep(60)
-""")
-
-
-def test_writer_killed_mid_run_loses_nothing_saved(tmp_path) -> None:
-    path = tmp_path / "h.sqlite"
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout.readline().strip() == "writing"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL
-    with Store(path, create=False) as store:
-        assert store._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        (suite,) = store.suites()
-        assert [r.config.model for r in store.load(suite.id).runs] == ["m0", "m1", "m2"]
-        store.add_run(suite.id, RunRecord(RunConfig("after"), "ok"))  # and the file is writable again
-        assert store.suites()[0].runs == 4

@@ -365,7 +365,8 @@ def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
 
 
 def test_thread_settings_are_pinned_and_part_of_the_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchgauge.workflows.bisect import MeasureSpec, _host_identity
+    from torchgauge.workflows.bisect import MeasureSpec
+    from torchgauge.workflows.bisect.point_cache import _host_identity
 
     one, two = MeasureSpec(models=("m",)), MeasureSpec(models=("m",), threads=2)
     args = one.run_args("out.json")
@@ -399,3 +400,44 @@ def test_format_change_reads_large_steps_as_factors():
     from torchgauge.workflows.bisect import format_change
 
     assert format_change(0.123) == "+12.3%" and format_change(345.92) == "347x" and format_change(1.0) == "2x"
+
+
+def _report(**overrides):
+    from torchgauge.workflows.bisect.report import BisectReport, ConfigOutcome, CulpritReport
+
+    found = CulpritReport("found", "aaa", [{"label": "bbb", "commit": "b" * 40, "subject": "slow", "files_changed": 2,
+                                            "insertions": 5, "deletions": 1}], 0.3)
+    outcomes = [ConfigOutcome("m/eval", "bisected", direction="regression", change=0.31, culprits=[found], noise=0.02),
+                ConfigOutcome("m/train", "not_reproduced", change=0.01, noise=0.2,
+                              message="good and bad do not differ")]
+    fields = dict(kind="git", points=8, builds=3, cache_hits=1, measurements=4, measured_points=4,
+                  skipped_points=["ccc"], outcomes=outcomes, threshold=0.07, alpha=0.01, threads=2)
+    return BisectReport(**{**fields, **overrides})
+
+
+def test_report_rows_warnings_and_summary():
+    from torchgauge.workflows.bisect import REPORT_COLUMNS, report_rows, report_summary, report_warnings
+
+    rows = report_rows(_report())
+    assert len(REPORT_COLUMNS) == 5 and all(len(row) == 5 for row in rows)
+    assert rows[0] == ["m/eval", "+31.0% regression", "aaa", "+30.0%", "bbb 'slow' (2 files, +5/-1)"]
+    assert rows[1] == ["m/train", "+1.0% not_reproduced", None, None, "good and bad do not differ"]
+    (noisy,) = report_warnings(_report())  # only m/train's 20% spread is above the 7% threshold
+    assert noisy.startswith("m/train: the compared samples' spread (IQR) reached 20%") and "--threads 1" in noisy
+    assert "--threads 1" not in report_warnings(_report(threads=1))[0]
+    assert report_summary(_report()) == "3 builds (1 points from cache), 4 measurements, 4 of 8 points measured, " \
+                                        "skipped: ccc"
+
+
+def test_cache_dir_and_judging_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    from torchgauge.workflows.bisect import resolve_cache_dir
+    from torchgauge.workflows.bisect.metric_facts import record_values
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert resolve_cache_dir(None) == tmp_path / "torchgauge" / "bisect"
+    assert resolve_cache_dir("here") == Path("here") and resolve_cache_dir("here", no_cache=True) is None
+    assert Judging.for_metric("time").threshold == 0.07
+    assert Judging.for_metric("instructions").threshold < Judging.for_metric("time").threshold
+    assert Judging.for_metric("flops", threshold=0.5, retries=3) == Judging(threshold=0.5, retries=3)
+    assert record_values({"time_ms": {"samples": [1.0, 2.0]}}, "time") == [1.0, 2.0]
+    assert record_values({"flops": {"total": 7}}, "flops") == [7] and record_values({}, "op_counts") is None

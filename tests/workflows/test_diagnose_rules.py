@@ -146,6 +146,21 @@ def test_deep_clean_mlp_has_no_finding_across_repeated_runs() -> None:
             assert diagnose_model("planted_clean_deep_mlp", mode, "cpu", size="smoke").findings == []
 
 
+def test_diagnose_modes_skips_an_unsupported_mode_with_one_message() -> None:
+    from torchgauge.workflows.diagnose import diagnose_modes
+    from torchgauge.registry import load_model_file
+
+    load_model_file(FIXTURE)
+    events: list[str] = []
+    unsupported: list[str] = []
+    (d,) = diagnose_modes("planted_bug_sync", ("train", "eval"), size="smoke", steps=2, on_event=events.append,
+                          on_unsupported=unsupported.append)
+    assert (d.mode, d.steps) == ("eval", 2) and any(f.rule == "sync" for f in d.findings)
+    assert events == ["profiling planted_bug_sync train on cpu (smoke, 2 steps)",
+                      "profiling planted_bug_sync eval on cpu (smoke, 2 steps)"]
+    assert len(unsupported) == 1 and unsupported[0].startswith("planted_bug_sync train: unsupported:")
+
+
 def _named_apis(message: str) -> list[str]:
     return re.findall(r"torch(?:\.[A-Za-z_]\w*)+", message)
 

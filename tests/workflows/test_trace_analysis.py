@@ -111,3 +111,15 @@ def test_trace_written_by_torchgauges_profiler_reads_back_the_same(tmp_path) -> 
     ours, theirs = a.breakdown, breakdown(live)
     assert ours["ops"] == theirs["ops"]
     assert ours["fractions"]["aten"] == pytest.approx(theirs["fractions"]["aten"], abs=0.02)
+
+
+def test_map_trace_files_concatenates_per_device_results_and_names_a_bad_file(tmp_path) -> None:
+    from torchgauge.workflows.trace_analysis import TraceFileError, map_trace_files
+
+    assert map_trace_files(["a", "b"], lambda path: [f"{path}:0", f"{path}:1"]) == ["a:0", "a:1", "b:0", "b:1"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("not a trace")
+    with pytest.raises(TraceFileError, match="bad.json.*accepted: Chrome trace JSON"):
+        map_trace_files([bad], diagnose_trace_file)
+    with pytest.raises(TraceFileError, match="missing.json"):
+        map_trace_files([tmp_path / "missing.json"], analyse_trace_file)

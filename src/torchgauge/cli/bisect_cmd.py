@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .params import PROBABILITY, SECONDS, check_device, fraction, non_negative, positive, selected_models, split_csv, threshold
+from .params import (PROBABILITY, SECONDS, check_device, fraction, non_negative, positive, selected_models, split_csv,
+                     threshold)
 
 
 @click.command("bisect")
@@ -72,14 +73,14 @@ def bisect_command(**kw: object) -> None:
     """
     import functools
 
-    from ..workflows.bisect import (BisectSetupError, BuildFailed, Judging, default_cache_dir, default_threshold,
-                          measure_in_subprocess, run_bisect)
+    from ..workflows.bisect import (BisectSetupError, BuildFailed, Judging, measure_in_subprocess, report_summary,
+                                    resolve_cache_dir, run_bisect)
     from ..stats.range_search import BisectionError
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
     spec = _spec(kw)
-    cache_dir = None if kw["no_cache"] else Path(kw["cache_dir"] or default_cache_dir())
+    cache_dir = resolve_cache_dir(kw["cache_dir"], no_cache=bool(kw["no_cache"]))
     with tempfile.TemporaryDirectory(prefix="torchgauge-bisect-") as workdir:
         try:
             source = _source(kw, workdir)
@@ -87,8 +88,8 @@ def bisect_command(**kw: object) -> None:
                 source,
                 spec,
                 measure=functools.partial(measure_in_subprocess, timeout_s=float(kw["timeout"])),
-                judging=Judging(threshold=kw["threshold"] or default_threshold(spec.metric),
-                                alpha=float(kw["alpha"]), retries=int(kw["retries"]), fastest=float(kw["fastest"])),
+                judging=Judging.for_metric(spec.metric, threshold=kw["threshold"], alpha=float(kw["alpha"]),
+                                           retries=int(kw["retries"]), fastest=float(kw["fastest"])),
                 multiple=bool(kw["multiple"]),
                 cache_dir=cache_dir,
                 on_event=term.info,
@@ -99,9 +100,7 @@ def bisect_command(**kw: object) -> None:
         term.json(report.to_dict())
     else:
         _print_report(term, report)
-    term.info(f"{report.builds} builds ({report.cache_hits} points from cache), {report.measurements} measurements, "
-              f"{report.measured_points} of {report.points} points measured"
-              + (f", skipped: {', '.join(report.skipped_points)}" if report.skipped_points else ""))
+    term.info(report_summary(report))
     if not report.ok:
         raise click.exceptions.Exit(1)
 
@@ -145,9 +144,10 @@ def _source(kw: dict, workdir: str):
     given = [f"--{n.replace('_cmd', '').replace('_', '-')}" for n, v in git_opts.items() if v]
     if kw["versions"]:
         if given:
-            raise click.UsageError(f"--versions cannot be combined with {', '.join(given)}; choose a git range or versions")
-        return VersionRange(split_csv(str(kw["versions"])), workdir=workdir, pip_args=tuple(shlex.split(kw["pip_args"])),
-                            build_timeout_s=float(kw["build_timeout"]))
+            raise click.UsageError(f"--versions cannot be combined with {', '.join(given)}; "
+                                   "choose a git range or versions")
+        return VersionRange(split_csv(str(kw["versions"])), workdir=workdir,
+                            pip_args=tuple(shlex.split(kw["pip_args"])), build_timeout_s=float(kw["build_timeout"]))
     missing = [f"--{n.replace('_cmd', '')}" for n, v in git_opts.items() if not v]
     if missing:
         raise click.UsageError(f"missing {', '.join(missing)}; accepted: --repo/--good/--bad/--build, or --versions")
@@ -155,47 +155,9 @@ def _source(kw: dict, workdir: str):
                     pythonpath=kw["pythonpath"], build_timeout_s=float(kw["build_timeout"]))
 
 
-def _describe(candidate: dict) -> str:
-    if "commit" in candidate:
-        return (f"{candidate['label']} {candidate['subject']!r} ({candidate['files_changed']} files, "
-                f"+{candidate['insertions']}/-{candidate['deletions']})")
-    return candidate["label"]
-
-
 def _print_report(term, report) -> None:
-    from ..workflows.bisect import format_change
+    from ..workflows.bisect import REPORT_COLUMNS, report_rows, report_warnings
 
-    rows = []
-    for outcome in report.outcomes:
-        ends = outcome.status if outcome.change is None else f"{format_change(outcome.change)} {outcome.direction or outcome.status}"
-        if not outcome.culprits:
-            rows.append([outcome.config, ends, None, None, outcome.message])
-        for culprit in outcome.culprits:
-            if culprit.reason == "found":
-                what = _describe(culprit.candidates[0])
-            else:
-                what = f"{culprit.reason}: one of " + ", ".join(c["label"] for c in culprit.candidates)
-            rows.append([outcome.config, ends, culprit.last_good,
-                         None if culprit.change is None else format_change(culprit.change), what])
-    term.table(["config", "good -> bad", "last good", "step", "first bad"], rows, justify=["left", "left", "left", "right", "left"])
-    for outcome in report.outcomes:
-        if outcome.noise is not None and outcome.noise > report.threshold:
-            term.warning(f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
-                         f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. "
-                         + _noise_advice(report))
-        if outcome.status == "uncertain":
-            term.warning(f"{outcome.config}: {outcome.message}")
-        if outcome.uncertain:
-            term.warning(f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
-                         f"{', '.join(outcome.uncertain)}")
-
-
-def _noise_advice(report) -> str:
-    """What to change when samples are too noisy: threads first (the usual cause on a shared CPU)."""
-    threads = report.threads
-    advice = []
-    if threads is None or threads > 1:
-        advice.append("measure with --threads 1 (several intra-op threads on shared cores give bimodal samples)")
-    advice.append("bisect on a quieter machine, with --fastest 20% and more --repeat")
-    advice.append("or with --metric instructions/op_counts (deterministic)")
-    return "; ".join(advice)
+    term.table(list(REPORT_COLUMNS), report_rows(report), justify=["left", "left", "left", "right", "left"])
+    for warning in report_warnings(report):
+        term.warning(warning)

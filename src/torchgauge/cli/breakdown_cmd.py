@@ -73,19 +73,18 @@ def breakdown_command(*, results_file: str | None, traces: tuple[str, ...], top:
 
 
 def _trace_breakdown(paths: tuple[str, ...], *, top: int, output: str | None, per_step: bool, as_json: bool) -> None:
+    import functools
+
     from ..harness.breakdown import CPU_NAMES, CUDA_NAMES
-    from ..harness.json_stream import TraceFormatError
     from ..report.breakdown import COMPONENT_LABELS, trace_breakdown_rows, write_breakdown_chart
-    from ..workflows.trace_analysis import analyse_trace_file
+    from ..workflows.trace_analysis import TraceFileError, analyse_trace_file, map_trace_files
     from .terminal import Terminal
 
     term = Terminal()
-    analyses = []
-    for path in paths:
-        try:
-            analyses.extend(analyse_trace_file(path, top=top))
-        except (TraceFormatError, OSError) as exc:
-            raise click.ClickException(str(exc)) from None
+    try:
+        analyses = map_trace_files(paths, functools.partial(analyse_trace_file, top=top))
+    except TraceFileError as exc:
+        raise click.ClickException(str(exc)) from None
     if output:
         try:
             write_breakdown_chart(trace_breakdown_rows(analyses), output)

@@ -114,8 +114,8 @@ def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list
 
 def _report(cmp, kw: dict, term) -> None:
     from ..report.charts import ChartError
-    from ..report.comparisons import (BACKEND_COLUMNS, BACKEND_JUSTIFY, COMPILER_SUMMARY_COLUMNS, COMPILER_SUMMARY_JUSTIFY,
-                                      UNMATCHED_COLUMNS, backend_chart, backend_rows, compiler_summary_rows, unmatched_rows)
+    from ..report.comparisons import (UNMATCHED_COLUMNS, backend_chart, backend_columns, backend_rows,
+                                      compiler_summary_columns, compiler_summary_rows, unmatched_rows)
 
     if kw["output"]:
         Path(kw["output"]).parent.mkdir(parents=True, exist_ok=True)
@@ -129,14 +129,16 @@ def _report(cmp, kw: dict, term) -> None:
         term.json(cmp.to_dict())
     else:
         if cmp.rows:
-            term.table(BACKEND_COLUMNS, backend_rows(cmp),
+            columns, justify = backend_columns()
+            term.table(columns, backend_rows(cmp),
                        title=f"{cmp.candidate} vs {cmp.baseline}: speedup = {cmp.baseline} / {cmp.candidate} time "
                              f"(> 1: {cmp.candidate} faster); cand/base = {cmp.candidate} / {cmp.baseline} "
                              f"(< 1: {cmp.candidate} better)",
-                       justify=BACKEND_JUSTIFY)
-            term.table(COMPILER_SUMMARY_COLUMNS, compiler_summary_rows(cmp),
+                       justify=justify)
+            columns, justify = compiler_summary_columns()
+            term.table(columns, compiler_summary_rows(cmp),
                        title=f"{cmp.candidate} summary (speedup and compression ratio > 1: {cmp.candidate} better)",
-                       justify=COMPILER_SUMMARY_JUSTIFY)
+                       justify=justify)
         else:
             term.warning("no model could be compared: see the list below")
         if cmp.unmatched:

@@ -18,15 +18,17 @@ from .params import check_device, positive, selected_models
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
 @click.option("--batch-size", type=int, default=None, callback=positive, help="Override the model's batch size.")
-@click.option("--steps", type=int, default=DIAGNOSE_STEPS, show_default=True, callback=positive, help="Profiled iterations.")
+@click.option("--steps", type=int, default=DIAGNOSE_STEPS, show_default=True, callback=positive,
+              help="Profiled iterations.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the profiled pass as a Chrome/Perfetto trace into this directory.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
-def diagnose_command(*, model: str | None, traces: tuple[str, ...], mode: str, device: str, size: str, batch_size: int | None, steps: int,
-                     profile_dir: str | None, model_files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+def diagnose_command(*, model: str | None, traces: tuple[str, ...], mode: str, device: str, size: str,
+                     batch_size: int | None, steps: int, profile_dir: str | None, model_files: tuple[str, ...],
+                     as_json: bool, quiet: bool) -> None:
     """Profile MODEL (or read --trace files) and report performance bugs, each with its operator,
     count and cost per step and source line."""
     from .terminal import Terminal
@@ -37,21 +39,15 @@ def diagnose_command(*, model: str | None, traces: tuple[str, ...], mode: str, d
     if traces:
         _diagnose_traces(term, traces, model_files, as_json)
         return
-    from ..workflows.diagnose import diagnose_model
-    from ..workload import UnsupportedError
+    from ..workflows.diagnose import diagnose_modes
 
     matches = selected_models([model], model_files)
     if matches != [model]:
         raise click.UsageError(f"{model!r} matches {len(matches)} models; accepted: one registered name, "
                                f"e.g. {matches[0]}")
-    results = []
-    for m in (("train", "eval") if mode == "both" else (mode,)):
-        term.info(f"profiling {model} {m} on {device} ({size}, {steps} steps)")
-        try:
-            results.append(diagnose_model(model, m, device, size=size, batch_size=batch_size, steps=steps,
-                                          profile_dir=profile_dir))
-        except UnsupportedError as exc:
-            term.warning(f"{model} {m}: unsupported: {exc}")
+    modes = ("train", "eval") if mode == "both" else (mode,)
+    results = diagnose_modes(model, modes, device, size=size, batch_size=batch_size, steps=steps,
+                             profile_dir=profile_dir, on_event=term.info, on_unsupported=term.warning)
     if as_json:
         term.json({"runs": [d.to_dict() for d in results]})
         return
@@ -74,15 +70,14 @@ def _print_findings(term, title: str, findings: list) -> None:
 
 
 def _diagnose_traces(term, paths: tuple[str, ...], model_files: tuple[str, ...], as_json: bool) -> None:
-    from ..harness.json_stream import TraceFormatError
-    from ..workflows.trace_analysis import diagnose_trace_file
+    import functools
 
-    results = []
-    for path in paths:
-        try:
-            results.extend(diagnose_trace_file(path, model_files=model_files))
-        except (TraceFormatError, OSError) as exc:
-            raise click.ClickException(str(exc)) from None
+    from ..workflows.trace_analysis import TraceFileError, diagnose_trace_file, map_trace_files
+
+    try:
+        results = map_trace_files(paths, functools.partial(diagnose_trace_file, model_files=model_files))
+    except TraceFileError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         term.json({"traces": [d.to_dict() for d in results]})
         return

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import click
 
-_METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "flops", "tflops", "compile_s")
+
+
+class _QuantityChoice(click.Choice):
+    """The metric registry's quantities, read when first needed (``torchgauge --help`` stays torch-free)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from ..harness.metrics import quantities
+
+        return tuple(q.name for q in quantities())
+
+    @choices.setter
+    def choices(self, _: object) -> None:  # click.Choice.__init__ assigns it; the registry is the source
+        pass
 
 
 @click.command("history")
 @click.argument("model")
-@click.option("--metric", type=click.Choice(_METRICS), default="time", show_default=True,
+@click.option("--metric", type=_QuantityChoice(), default="time", show_default=True,
               help="Which value to follow (time: median ms per step).")
 @click.option("--mode", type=click.Choice(["train", "eval"]), default=None, help="Only this mode (default: both).")
 @click.option("--device", default=None, help="Only this device, e.g. cpu or cuda.")
@@ -27,7 +43,8 @@ _METRICS = ("time", "cpu_peak_mb", "gpu_peak_mb", "instructions", "op_counts", "
 def history_command(**kw: object) -> None:
     """Show MODEL's stored runs of one metric in time order, with detected steps."""
     from ..compare.regression import parse_threshold
-    from ..report.history import HISTORY_COLUMNS, METRIC_UNITS, history_tables, sparkline, write_history_plot
+    from ..harness.metrics import quantity
+    from ..report.history import HISTORY_COLUMNS, history_tables, sparkline, write_history_plot
     from ..results.store import StoreError
     from ..results.stores import open_store
     from .terminal import Terminal
@@ -50,7 +67,7 @@ def history_command(**kw: object) -> None:
         try:
             metric = str(kw["metric"])
             write_history_plot(tables, str(kw["plot"]), title=f"{kw['model']}: {metric}",
-                               ylabel=f"{metric} ({METRIC_UNITS[metric]})")
+                               ylabel=f"{metric} ({quantity(metric).unit})")
         except (ValueError, RuntimeError, OSError) as exc:
             raise click.BadParameter(str(exc), param_hint="--plot") from None
         term.info(f"plot written to {kw['plot']}")

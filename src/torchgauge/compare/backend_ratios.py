@@ -24,21 +24,24 @@ from typing import Any, Sequence
 
 from ..results.schema import RunRecord
 from ..stats.ratios import RatioRow, geomean_by, ratio_rows
-from .matching import CompareError, Unmatched, batch_label, match_runs, run_values, time_verdict
+from ..harness.metrics import quantities
+from .matching import CompareError, Unmatched, config_key, config_label, match_runs, run_values, time_verdict
 
 __all__ = [
-    "METRICS",
-    "METRIC_TITLES",
     "BackendComparison",
     "BackendRow",
     "compare_backends",
     "compiler_summary",
+    "ratio_metrics",
     "select_backend",
 ]
 
-# Compared metrics (keys of run_values) and their titles in tables and charts.
-METRICS = ("time", "cpu_mem", "gpu_mem")
-METRIC_TITLES = {"time": "execution time", "cpu_mem": "peak CPU memory", "gpu_mem": "peak GPU memory"}
+
+
+def ratio_metrics() -> dict[str, str]:
+    """Compared metric (a key of :func:`run_values`: the registry's ratio keys) -> its title in tables and charts."""
+    return {q.ratio_key: q.title or q.name for q in quantities() if q.ratio_key}
+
 FAIL_ACCURACY = "fail_accuracy"
 
 
@@ -129,16 +132,6 @@ def select_backend(records: Sequence[RunRecord], backend: str | None, source: st
     return chosen
 
 
-def _label(record: RunRecord) -> str:
-    c = record.config
-    return f"{c.model}/{c.mode}/{c.device}/{c.precision}/bs={batch_label(record)}"
-
-
-def _key(record: RunRecord) -> tuple:
-    c = record.config
-    return (c.model, c.mode, c.device, c.precision, c.batch_size)
-
-
 def _accuracy(record: RunRecord) -> str | None:
     if record.status in (FAIL_ACCURACY, "eager_nondeterministic"):
         return record.status
@@ -169,10 +162,10 @@ def compare_backends(
     """
     if baseline == candidate:
         raise CompareError(f"baseline and candidate are both {baseline!r}; name two different backends or files")
-    matching = match_runs(baseline_runs, candidate_runs, key=_key, label=_label,
-                          base_label=baseline, new_label=candidate)
+    matching = match_runs(baseline_runs, candidate_runs, key=lambda r: config_key(r, without="backend"),
+                          label=lambda r: config_label(r, without="backend"), base_label=baseline, new_label=candidate)
     values = {k: (run_values(b), run_values(c)) for k, b, c in matching.pairs}
-    ratio_by_key = {row.key: row.ratios for row in ratio_rows(values, METRICS)}
+    ratio_by_key = {row.key: row.ratios for row in ratio_rows(values, list(ratio_metrics()))}
     rows: list[BackendRow] = []
     for k, b, c in matching.pairs:
         compile_info = c.metrics.get("compile") if isinstance(c.metrics.get("compile"), dict) else {}
@@ -203,11 +196,10 @@ def _geomeans(rows: Sequence[BackendRow]) -> dict[str, dict[str, dict[str, Any]]
     counted = [RatioRow(key=(r.model, r.mode), base=r.baseline, new=r.candidate, ratios=r.ratios)
                for r in rows if not r.failed_accuracy]
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for metric in METRICS:
+    for metric in ratio_metrics():
         for mode, (g, n) in geomean_by(counted, metric, group=lambda k: k[1]).items():
             out.setdefault(mode, {})[metric] = {"geomean": g, "n": n}
     return out
-
 
 
 def compiler_summary(cmp: BackendComparison) -> dict[str, dict[str, Any]]:

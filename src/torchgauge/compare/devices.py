@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from ..results.schema import ResultsFile, RunRecord
 from ..stats.ratios import DEFAULT_TIE_BAND, count_wins, geomean_by, ratio_rows
-from .matching import Unmatched, batch_label, match_runs, run_values, time_verdict
+from .matching import Unmatched, config_key, config_label, match_runs, run_values, time_verdict
 
 __all__ = ["DeviceComparison", "DeviceRow", "compare_devices", "describe_env"]
 
@@ -79,16 +79,6 @@ def describe_env(env: dict[str, Any]) -> str:
     return f"{hw}, torch {env.get('torch_version', '?')}"
 
 
-def _label(record: RunRecord) -> str:
-    c = record.config
-    return f"{c.model}/{c.mode}/{c.precision}/{c.backend}/bs={batch_label(record)}"
-
-
-def _key(record: RunRecord) -> tuple:
-    c = record.config
-    return (c.model, c.mode, c.precision, c.backend, c.batch_size)
-
-
 def compare_devices(
     a: ResultsFile | Sequence[RunRecord],
     b: ResultsFile | Sequence[RunRecord],
@@ -112,7 +102,8 @@ def compare_devices(
     """
     a_runs = a.runs if isinstance(a, ResultsFile) else list(a)
     b_runs = b.runs if isinstance(b, ResultsFile) else list(b)
-    matching = match_runs(a_runs, b_runs, key=_key, label=_label, base_label=a_label, new_label=b_label)
+    matching = match_runs(a_runs, b_runs, key=lambda r: config_key(r, without="device"),
+                          label=lambda r: config_label(r, without="device"), base_label=a_label, new_label=b_label)
     # ratio_rows gives new / base; A / B is wanted, so B is the base.
     times = {k: ({"time": run_values(rb)["time"]}, {"time": run_values(ra)["time"]}) for k, ra, rb in matching.pairs}
     ratios = {row.key: row for row in ratio_rows(times, ["time"])}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..results.schema import RunConfig, RunRecord
-from .matching import USABLE_STATUSES, run_values
+from .matching import USABLE_STATUSES, config_key, run_values
 
 __all__ = [
     "BYTES_PER_MIB",
@@ -86,11 +86,6 @@ def _compilation_latency(base: RunRecord, cand: RunRecord) -> float:
     return 0.0
 
 
-def _key(record: RunRecord) -> tuple:
-    c = record.config
-    return (c.model, c.mode, c.device, c.precision, c.batch_size)
-
-
 def _failed(record: RunRecord) -> DynamoPerfRow:
     return DynamoPerfRow(record.config.device.split(":")[0], record.config.model, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
@@ -106,13 +101,13 @@ def dynamo_performance_rows(
     exists) gives a failure row; unsupported and skipped runs give none. Passing the same
     runs as both sides (an eager-only ``run``) gives speedup 1.0 and compilation latency 0.
     """
-    baseline = {_key(r): r for r in baseline_runs}
+    baseline = {config_key(r, without="backend"): r for r in baseline_runs}
     by_mode: dict[str, list[DynamoPerfRow]] = {}
     for cand in candidate_runs:
         if cand.status in _NOT_RUN:
             continue
         rows = by_mode.setdefault(DYNAMO_MODES[cand.config.mode], [])
-        base = baseline.get(_key(cand))
+        base = baseline.get(config_key(cand, without="backend"))
         if base is None or cand.status not in USABLE_STATUSES or base.status not in USABLE_STATUSES:
             rows.append(_failed(cand))
             continue

@@ -1,31 +1,39 @@
 """Regression detection between two result sets (a base build and a new one).
 
-The rule (TorchBench's nightly guard, made noise-aware; docs/regression-detection.md):
+Which metrics are judged, and how, comes from the metric registry
+(:func:`torchgauge.harness.metrics.quantities`: each quantity's ``rule``); a finding names its
+quantity by its record key (``time_ms``, ``cpu_peak_mb``, ...). Runs pair through
+:func:`torchgauge.compare.matching.match_groups`, the pairing of the backend and device
+comparisons, with several runs of a configuration on a side as one group.
 
-* **time** (``metrics["time_ms"]["samples"]``): flagged when the median slowdown reaches
-  the threshold AND a one-sided Mann-Whitney U test is significant after a Holm or
+The rules (TorchBench's nightly guard, made noise-aware; docs/regression-detection.md):
+
+* **time** (rule ``rank_test``, ``metrics["time_ms"]["samples"]``): flagged when the median
+  slowdown reaches the threshold AND a one-sided Mann-Whitney U test is significant after a Holm or
   Benjamini-Hochberg correction over every tested configuration
   (:func:`torchgauge.stats.compare.judge`). When a side holds several runs of one
   configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
   runs), the per-process medians are tested instead of the pooled samples
   (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
-* **memory** (``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor scaled to the
-  measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
-  memory like time; plus the leak flag
-  (``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
-* **deterministic counts** (``instructions``, ``op_counts``, ``flops``): the threshold
-  alone, reporting which operators' counts changed.
+* **memory** (rule ``memory``: ``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor
+  scaled to the measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
+  memory like time.
+* **flags** (rule ``flag``: ``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
+* **deterministic counts** (rule ``exact``: ``instructions``, ``op_counts``, ``flops``): the
+  threshold alone (the quantity's own unless ``count_threshold``), reporting which
+  operators' counts changed.
 * **statuses**: a usable run that now fails is a new failure; the reverse is a fix.
 
-Pure judging: no torch, no I/O. ``bisect`` calls :func:`compare_results` too.
+Pure judging: no I/O, no measuring. ``bisect`` calls :func:`compare_results` too.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Hashable, Sequence
+from dataclasses import replace
+from typing import Any, Sequence
 
+from ..harness.metrics import Quantity, quantities, quantity
 from ..results.schema import ResultsFile, RunConfig, RunRecord
 from ..stats.compare import (
     CORRECTIONS,
@@ -39,16 +47,24 @@ from ..stats.compare import (
     median,
     pooled_or_group_medians,
 )
-from ..stats.deterministic import COUNT_THRESHOLD, INSTRUCTIONS_THRESHOLD, compare_counts, op_count_changes
-from .matching import USABLE_STATUSES, Unmatched
+from ..stats.deterministic import compare_counts, op_count_changes
+from .env_notes import hardware_note, threads_note
+from .findings import (
+    EXIT_INCONCLUSIVE,
+    EXIT_REGRESSION,
+    FINDING_KEYS,
+    Comparison,
+    Finding,
+    StatusChange,
+    exit_code,
+    parse_threshold,
+)
+from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, match_groups
 
 __all__ = [
     "EXIT_INCONCLUSIVE",
     "EXIT_REGRESSION",
-    "COUNT_METRICS",
-    "COUNT_THRESHOLDS",
     "FINDING_KEYS",
-    "MEMORY_METRICS",
     "MEMORY_MIN_DELTA_MB",
     "MEMORY_RUN_TO_RUN_SPREAD",
     "MEMORY_SPREAD_MULTIPLE",
@@ -62,15 +78,11 @@ __all__ = [
     "hardware_note",
     "memory_floor_mb",
     "parse_threshold",
+    "threads_note",
 ]
 
-TIME_METRIC = "time_ms"
-MEMORY_METRICS = ("cpu_peak_mb", "gpu_peak_mb")
-# metric -> path of its per-step scalar inside RunRecord.metrics
-COUNT_METRICS = {"instructions": ("instructions", "per_step"), "op_counts": ("op_counts", "total"), "flops": ("flops", "total")}
-# Default thresholds of the deterministic counts (tighter than time: no noise to clear).
-COUNT_THRESHOLDS = {"instructions": INSTRUCTIONS_THRESHOLD, "op_counts": COUNT_THRESHOLD, "flops": COUNT_THRESHOLD}
-LEAK_METRIC = "leak"
+# The record key of the timed pass's step time, as findings name it.
+TIME_METRIC = quantity("time").record_key
 # A peak-memory change must also exceed this many MiB: a 0.2 -> 0.3 MiB GPU peak is +50% and nothing.
 MEMORY_MIN_DELTA_MB = 2.0
 # Run-to-run spread (max - min) of cpu_peak_mb across fresh processes, as a fraction of the
@@ -80,163 +92,13 @@ MEMORY_RUN_TO_RUN_SPREAD = 0.025
 # A memory change must exceed this many times the spread: the spread observed between the
 # processes of either side when both sides have several, else MEMORY_RUN_TO_RUN_SPREAD of the peak.
 MEMORY_SPREAD_MULTIPLE = 2.0
-# The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
-FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
-
-
-# `compare`'s exit codes (docs/regression-detection.md; the nightly workflow relies on them):
-# 1 a regression or new failure, 3 an inconclusive change beyond the threshold (2 is click's usage error).
-EXIT_REGRESSION = 1
-EXIT_INCONCLUSIVE = 3
-
-
-def exit_code(cmp: "Comparison", *, allow_inconclusive: bool = False) -> int:
-    """0, :data:`EXIT_REGRESSION` or :data:`EXIT_INCONCLUSIVE` (a regression takes precedence)."""
-    if cmp.regressions or cmp.new_failures:
-        return EXIT_REGRESSION
-    if cmp.inconclusive_beyond_threshold and not allow_inconclusive:
-        return EXIT_INCONCLUSIVE
-    return 0
-
-
-def parse_threshold(text: str | float) -> float:
-    """Parse a relative threshold: ``"7%"``, ``"0.07"`` and ``"7"`` all mean 7%.
-
-    A bare number below 1 is a fraction, a bare number above 1 is a percentage; a bare
-    ``1`` (1% or 100%?) and zero or negative values are rejected.
-
-    Raises:
-        ValueError: a one-line message naming the accepted forms.
-    """
-    raw = str(text).strip()
-    accepted = "accepted: a positive percentage such as 7%, or a fraction such as 0.07 (a bare 7 also means 7%)"
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise ValueError(f"invalid threshold {raw!r}; {accepted}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"invalid threshold {raw!r}: must be positive; {accepted}")
-    if not raw.endswith("%"):
-        if value == 1:
-            raise ValueError(f"ambiguous threshold {raw!r} (1% or 100%?); write 1% or 100%")
-        if value > 1:
-            value /= 100.0
-    return value
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One metric of one configuration, judged."""
-
-    config: RunConfig  # the new side's configuration
-    metric: str  # "time_ms", "cpu_peak_mb", "gpu_peak_mb", "leak", "instructions", "op_counts", "flops"
-    base: float | None  # median / value on the base side (leak: MiB growth per iteration)
-    new: float | None
-    change: float | None  # relative change new / base - 1 (+ is worse); None for the leak flag
-    p_value: float | None  # corrected one-sided p of the direction of the change; None if untested
-    verdict: str  # "regression" | "improvement" | "unchanged" | "inconclusive" (detail["reason"] says why)
-    n_base: int = 1  # values tested per side (samples, or process medians)
-    n_new: int = 1
-    detail: dict[str, Any] = field(default_factory=dict)  # e.g. {"ops": {...}} for count metrics
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON entry: exactly :data:`FINDING_KEYS` first, then extras."""
-        c = self.config
-        doc: dict[str, Any] = dict(zip(FINDING_KEYS, (c.model, c.mode, c.device, c.precision, c.backend, self.metric,
-                                                      self.base, self.new, self.change, self.p_value)))
-        doc.update(batch_size=c.batch_size, verdict=self.verdict, n_base=self.n_base, n_new=self.n_new)
-        if self.detail:
-            doc["detail"] = self.detail
-        return doc
-
-
-@dataclass(frozen=True)
-class StatusChange:
-    """A configuration whose status moved between usable and failing."""
-
-    config: RunConfig
-    base_status: str
-    new_status: str
-    error: str | None = None  # last line of the failing side's error
-
-    def to_dict(self) -> dict[str, Any]:
-        c = self.config
-        return {"model": c.model, "mode": c.mode, "device": c.device, "precision": c.precision, "backend": c.backend,
-                "batch_size": c.batch_size, "base_status": self.base_status, "new_status": self.new_status,
-                "error": self.error}
-
-
-@dataclass
-class Comparison:
-    """Everything :func:`compare_results` found; ``regressions`` decide the CI exit code."""
-
-    regressions: list[Finding]
-    improvements: list[Finding]
-    unchanged: list[Finding]
-    new_failures: list[StatusChange]
-    fixes: list[StatusChange]
-    unmatched: list[Unmatched]  # on one side only, failed on both, or batch sizes differ
-    threshold: float = DEFAULT_THRESHOLD
-    alpha: float = DEFAULT_ALPHA
-    correction: str = DEFAULT_CORRECTION
-    base_env: dict[str, Any] = field(default_factory=dict)
-    new_env: dict[str, Any] = field(default_factory=dict)
-    dismissed: list[Finding] = field(default_factory=list)  # flagged, then not confirmed by --confirm reruns
-    confirm_rounds: int = 0  # fresh processes per side in the confirmation (0: not confirmed)
-    # Tests that could not reach alpha (sample sizes, correction): never read as "unchanged";
-    # those whose median change reaches the threshold first.
-    inconclusive: list[Finding] = field(default_factory=list)
-    hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
-    threads_note: str | None = None  # set when the two sides ran with different intra-op thread counts
-    time_signal: str = "wall"  # a key of TIME_SIGNALS: which per-step series was tested
-
-    @property
-    def has_regressions(self) -> bool:
-        return bool(self.regressions)
-
-    @property
-    def inconclusive_beyond_threshold(self) -> list[Finding]:
-        """Inconclusive changes whose median change reaches the threshold: they fail a gate unless allowed."""
-        return [f for f in self.inconclusive if f.change is not None and abs(f.change) >= self.threshold]
-
-    @property
-    def compared(self) -> int:
-        """Number of configurations with at least one judged metric."""
-        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "correction": self.correction,
-            "compared": self.compared,
-            "regressions": [f.to_dict() for f in self.regressions],
-            "improvements": [f.to_dict() for f in self.improvements],
-            "new_failures": [s.to_dict() for s in self.new_failures],
-            "fixes": [s.to_dict() for s in self.fixes],
-            "unmatched": [u.as_dict() for u in self.unmatched],
-            "inconclusive": [f.to_dict() for f in self.inconclusive],
-            "hardware_note": self.hardware_note,
-            "threads_note": self.threads_note,
-            "time_signal": self.time_signal,
-            "unchanged": len(self.unchanged),
-            "confirm_rounds": self.confirm_rounds,
-            "dismissed": [f.to_dict() for f in self.dismissed],
-            "base_env": self.base_env,
-            "new_env": self.new_env,
-        }
-
-
-def _label(config: RunConfig) -> str:
-    bs = "default" if config.batch_size is None else config.batch_size
-    return f"{config.label()}/bs={bs}"
-
-
-def _group(records: Sequence[RunRecord]) -> dict[Hashable, list[RunRecord]]:
-    out: dict[Hashable, list[RunRecord]] = {}
-    for rec in records:
-        out.setdefault(rec.config.key(), []).append(rec)
-    return out
+# Which per-step samples a rank test reads (the last key of its samples path): wall time, or the
+# process's CPU time (``cpu_samples``; with one intra-op thread it ignores time spent descheduled).
+TIME_SIGNALS = {"wall": "samples", "cpu": "cpu_samples"}
+# The operator breakdown reported beside a changed count (metrics["op_counts"]["by_op"]).
+OP_COUNTS = "op_counts"
+# Order of the per-configuration findings after the rank-tested ones.
+_UNTESTED_RULES = ("memory", "flag", "exact")
 
 
 def _last_line(text: str | None) -> str | None:
@@ -244,41 +106,26 @@ def _last_line(text: str | None) -> str | None:
     return lines[-1] if lines else None
 
 
-def _status(records: list[RunRecord]) -> RunRecord:
-    """The representative run of a group: its first failing run, else its first run."""
-    return next((r for r in records if r.status not in USABLE_STATUSES), records[0])
-
-
-# Which per-step series of time_ms is tested: wall time, or the process's CPU time
-# (``cpu_samples``; with one intra-op thread it ignores time the process spent descheduled).
-TIME_SIGNALS = {"wall": "samples", "cpu": "cpu_samples"}
-
-
-def _time_groups(records: list[RunRecord], field_name: str = "samples") -> list[list[float]]:
+def _sample_groups(records: Sequence[RunRecord], path: tuple[str, ...]) -> list[list[float]]:
     groups = []
     for rec in records:
-        samples = (rec.metrics.get(TIME_METRIC) or {}).get(field_name) or []
-        clean = [float(v) for v in samples if v is not None and not math.isnan(float(v))]
+        samples: Any = rec.metrics
+        for part in path:
+            samples = samples.get(part) if isinstance(samples, dict) else None
+        clean = [float(v) for v in samples or [] if v is not None and not math.isnan(float(v))]
         if clean:
             groups.append(clean)
     return groups
 
 
-def _values(records: list[RunRecord], path: tuple[str, ...]) -> list[float]:
-    out = []
-    for rec in records:
-        value: Any = rec.metrics
-        for part in path:
-            value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out.append(float(value))
-    return out
+def _values(records: Sequence[RunRecord], q: Quantity) -> list[float]:
+    return [v for v in (q.value(rec.metrics) for rec in records) if v is not None]
 
 
-def _op_changes(base: list[RunRecord], new: list[RunRecord]) -> dict[str, Any]:
+def _op_changes(base: Sequence[RunRecord], new: Sequence[RunRecord]) -> dict[str, Any]:
     """``{"ops": {op: {"kind", "base", "new"}}}`` for operators whose per-step counts changed."""
-    b = (base[0].metrics.get("op_counts") or {}).get("by_op") or {}
-    n = (new[0].metrics.get("op_counts") or {}).get("by_op") or {}
+    b = (base[0].metrics.get(OP_COUNTS) or {}).get("by_op") or {}
+    n = (new[0].metrics.get(OP_COUNTS) or {}).get("by_op") or {}
     changes = op_count_changes(b, n)
     return {"ops": {c.op: {"kind": c.kind, "base": c.old, "new": c.new} for c in changes}} if changes else {}
 
@@ -289,6 +136,30 @@ def _from_change(config: RunConfig, metric: str, change: Change, detail: dict[st
         detail["reason"] = change.reason
     return Finding(config, metric, change.base, change.new, change.change, change.p_value, change.verdict,
                    change.n_base, change.n_new, detail)
+
+
+def _status_change(pair: GroupPair) -> StatusChange | None:
+    """A usable run that now fails (new failure) or the reverse (fix); not-run statuses are neither."""
+    b, n = pair.base_run, pair.new_run
+    if b is None or n is None:
+        return None
+    b_ok, n_ok = b.status in USABLE_STATUSES, n.status in USABLE_STATUSES
+    if b_ok and not n_ok and n.status not in NOT_RUN_STATUSES:
+        return StatusChange(pair.new[0].config, b.status, n.status, _last_line(n.error))
+    if n_ok and not b_ok and b.status not in NOT_RUN_STATUSES:
+        return StatusChange(pair.new[0].config, b.status, n.status, _last_line(b.error))
+    return None
+
+
+def _check_judge_args(threshold: float, alpha: float, correction: str, time_signal: str) -> None:
+    if correction not in CORRECTIONS:
+        raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
+    if time_signal not in TIME_SIGNALS:
+        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNALS)}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
+    if not threshold > 0:
+        raise ValueError(f"invalid threshold {threshold}; accepted: a positive fraction, e.g. 0.07")
 
 
 def compare_results(
@@ -305,13 +176,14 @@ def compare_results(
     """Judge every configuration present in both result sets.
 
     Args:
-        base, new: the two result sets; runs are matched on :meth:`RunConfig.key`; several
-            runs of one key on a side are treated as separate processes.
+        base, new: the two result sets; runs pair on every axis of
+            :func:`~torchgauge.compare.matching.config_key`; several runs of one key on a
+            side are one group of separate processes.
         threshold: relative change that counts for time and memory, e.g. 0.07.
         alpha: significance level of the one-sided rank test after correction.
         correction: ``"holm"`` (family-wise), ``"bh"`` (false discovery rate) or ``"none"``.
-        count_threshold: threshold for every deterministic count; default per metric
-            (:data:`COUNT_THRESHOLDS`: ``stats.deterministic``'s named constants).
+        count_threshold: threshold for every deterministic count; default per quantity
+            (its registered ``threshold``: ``stats.deterministic``'s named constants).
         memory_min_delta_mb: absolute floor of a memory change (MiB).
         time_signal: ``"wall"`` (time_ms samples) or ``"cpu"`` (per-step process CPU time).
 
@@ -322,78 +194,35 @@ def compare_results(
         >>> cmp = compare_results(base_results, new_results, threshold=0.07)  # doctest: +SKIP
         >>> [f.config.model for f in cmp.regressions]  # doctest: +SKIP
     """
-    if correction not in CORRECTIONS:
-        raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
-    if time_signal not in TIME_SIGNALS:
-        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNALS)}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
-    if not threshold > 0:
-        raise ValueError(f"invalid threshold {threshold}; accepted: a positive fraction, e.g. 0.07")
-    bg, ng = _group(base.runs), _group(new.runs)
-    timed: list[tuple[RunConfig, Change]] = []
+    _check_judge_args(threshold, alpha, correction, time_signal)
+    tested = [q for q in quantities() if q.rule == "rank_test"]
+    untested = [q for rule in _UNTESTED_RULES for q in quantities() if q.rule == rule]
+    timed: list[tuple[RunConfig, str, Change]] = []
     others: list[Finding] = []
     new_failures: list[StatusChange] = []
     fixes: list[StatusChange] = []
     unmatched: list[Unmatched] = []
-
-    for key, brecs in bg.items():
-        nrecs = ng.get(key)
-        b0 = brecs[0]
-        if nrecs is None:
-            unmatched.append(Unmatched(b0.config.model, b0.config.mode, _label(b0.config), "missing", "missing in new", side="new"))
+    for pair in match_groups(base.runs, new.runs):
+        status = _status_change(pair)
+        if status is not None:
+            (new_failures if status.base_status in USABLE_STATUSES else fixes).append(status)
             continue
-        bs, ns = _status(brecs), _status(nrecs)
-        cfg = nrecs[0].config
-        b_ok, n_ok = bs.status in USABLE_STATUSES, ns.status in USABLE_STATUSES
-        if b_ok and not n_ok:
-            if ns.status not in ("unsupported", "skipped"):
-                new_failures.append(StatusChange(cfg, bs.status, ns.status, _last_line(ns.error)))
-            else:
-                unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "failed", f"{ns.status} in new", side="new", status=ns.status))
+        if pair.unmatched is not None:
+            unmatched.append(pair.unmatched)
             continue
-        if not b_ok:
-            if n_ok and bs.status not in ("unsupported", "skipped"):
-                fixes.append(StatusChange(cfg, bs.status, ns.status, _last_line(bs.error)))
-            else:
-                side = None if not n_ok else "base"
-                unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "failed",
-                                           f"base: {bs.status}; new: {ns.status}", side=side, status=bs.status))
-            continue
-        b_batch, n_batch = brecs[0].batch_size, nrecs[0].batch_size
-        if b_batch is not None and n_batch is not None and b_batch != n_batch:
-            unmatched.append(Unmatched(cfg.model, cfg.mode, _label(cfg), "batch_mismatch",
-                                       f"batch sizes differ: {b_batch} in base, {n_batch} in new"))
-            continue
+        cfg = pair.new[0].config
+        for q in tested:
+            path = (*q.samples[:-1], TIME_SIGNALS[time_signal])
+            bt, nt = _sample_groups(pair.base, path), _sample_groups(pair.new, path)
+            if bt and nt:
+                change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt),
+                                         threshold=threshold, alpha=alpha)
+                timed.append((cfg, q.record_key, change))
+        for q in untested:
+            others.extend(_judge_untested(q, cfg, pair, threshold, count_threshold, memory_min_delta_mb))
 
-        bt, nt = _time_groups(brecs, TIME_SIGNALS[time_signal]), _time_groups(nrecs, TIME_SIGNALS[time_signal])
-        if bt and nt:
-            change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha)
-            timed.append((cfg, change))
-        for metric in MEMORY_METRICS:
-            bv, nv = _values(brecs, (metric,)), _values(nrecs, (metric,))
-            if bv and nv:
-                change = compare_values(median(bv), median(nv), threshold=threshold)
-                floor = memory_floor_mb(bv, nv, memory_min_delta_mb)
-                if abs(change.new - change.base) < floor:
-                    change = replace(change, verdict="unchanged")
-                others.append(_from_change(cfg, metric, change, {"floor_mb": round(floor, 1)}))
-        others.extend(_leak_findings(cfg, brecs, nrecs))
-        for metric, path in COUNT_METRICS.items():
-            bv, nv = _values(brecs, path), _values(nrecs, path)
-            if bv and nv:
-                limit = COUNT_THRESHOLDS[metric] if count_threshold is None else count_threshold
-                change = compare_counts(median(bv), median(nv), threshold=limit)
-                detail = _op_changes(brecs, nrecs) if metric == "op_counts" and change.verdict != "unchanged" else {}
-                others.append(_from_change(cfg, metric, change, detail))
-
-    for key, nrecs in ng.items():
-        if key not in bg:
-            n0 = nrecs[0]
-            unmatched.append(Unmatched(n0.config.model, n0.config.mode, _label(n0.config), "missing", "missing in base", side="base"))
-
-    judged = judge([c for _, c in timed], correction)
-    findings = [_from_change(cfg, TIME_METRIC, c) for (cfg, _), c in zip(timed, judged)] + others
+    judged = judge([c for _, _, c in timed], correction)
+    findings = [_from_change(cfg, metric, c) for (cfg, metric, _), c in zip(timed, judged)] + others
     inconclusive = [f for f in findings if f.verdict == "inconclusive"]
     inconclusive.sort(key=lambda f: f.change is None or abs(f.change) < threshold)  # beyond the threshold first
     return Comparison(
@@ -413,6 +242,26 @@ def compare_results(
         base_env=dict(base.env),
         new_env=dict(new.env),
     )
+
+
+def _judge_untested(q: Quantity, cfg: RunConfig, pair: GroupPair, threshold: float, count_threshold: float | None,
+                    memory_min_delta_mb: float) -> list[Finding]:
+    """The findings of one quantity judged without a rank test (its rule: memory, flag or exact)."""
+    if q.rule == "flag":
+        return _flag_findings(q, cfg, pair.base, pair.new)
+    bv, nv = _values(pair.base, q), _values(pair.new, q)
+    if not bv or not nv:
+        return []
+    if q.rule == "memory":
+        change = compare_values(median(bv), median(nv), threshold=threshold)
+        floor = memory_floor_mb(bv, nv, memory_min_delta_mb)
+        if abs(change.new - change.base) < floor:
+            change = replace(change, verdict="unchanged")
+        return [_from_change(cfg, q.record_key, change, {"floor_mb": round(floor, 1)})]
+    limit = q.threshold if count_threshold is None else count_threshold
+    change = compare_counts(median(bv), median(nv), threshold=limit)
+    detail = _op_changes(pair.base, pair.new) if q.name == OP_COUNTS and change.verdict != "unchanged" else {}
+    return [_from_change(cfg, q.record_key, change, detail)]
 
 
 def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: float = MEMORY_MIN_DELTA_MB) -> float:
@@ -435,59 +284,18 @@ def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: f
     return max(min_delta_mb, MEMORY_SPREAD_MULTIPLE * spread)
 
 
-def _leak_findings(cfg: RunConfig, base: list[RunRecord], new: list[RunRecord]) -> list[Finding]:
-    def state(records: list[RunRecord]) -> tuple[bool, float | None] | None:
-        leaks = [r.metrics.get(LEAK_METRIC) for r in records if isinstance(r.metrics.get(LEAK_METRIC), dict)]
-        if not leaks:
+def _flag_findings(q: Quantity, cfg: RunConfig, base: Sequence[RunRecord], new: Sequence[RunRecord]) -> list[Finding]:
+    """A flag (``metrics[record]["leaking"]``) turning on or off; base/new are the largest values (growth)."""
+    def state(records: Sequence[RunRecord]) -> tuple[bool, float | None] | None:
+        flags = [r.metrics.get(q.record_key) for r in records if isinstance(r.metrics.get(q.record_key), dict)]
+        if not flags:
             return None
-        growth = [v for v in (lk.get("cpu_growth_mb_per_iter") for lk in leaks) if isinstance(v, (int, float))]
-        return any(bool(lk.get("leaking")) for lk in leaks), (max(growth) if growth else None)
+        values = [v for v in (q.value(r.metrics) for r in records) if v is not None]
+        return any(bool(f.get("leaking")) for f in flags), (max(values) if values else None)
 
     b, n = state(base), state(new)
     if b is None or n is None:
         return []
     verdict = "regression" if n[0] and not b[0] else "improvement" if b[0] and not n[0] else "unchanged"
-    return [Finding(cfg, LEAK_METRIC, b[1], n[1], None, None, verdict, detail={"base_leaking": b[0], "new_leaking": n[0]})]
-
-
-def _fingerprints(results: ResultsFile) -> dict[str, dict[str, Any]]:
-    """Fingerprint -> environment of every hardware a result set's runs came from."""
-    from ..harness.env import machine_fingerprint
-
-    envs = [results.env] + [r.env for r in results.runs if r.env]
-    # recomputed where the hardware fields are there: older files hashed the hostname too
-    return {(machine_fingerprint(e) if e.get("cpu_model") else e["machine_fingerprint"]): e
-            for e in envs if e.get("cpu_model") or e.get("machine_fingerprint")}
-
-
-def _intra_op_threads(results: ResultsFile) -> set[str]:
-    """The intra-op thread counts a result set's runs recorded ("unrecorded" for runs from before the field)."""
-    return {str((r.threads or {}).get("intra_op", "unrecorded")) for r in results.runs if r.status == "ok"}
-
-
-def threads_note(base: ResultsFile, new: ResultsFile) -> str | None:
-    """A sentence when the two sides ran with different intra-op thread counts (their times then differ by design)."""
-    b, n = _intra_op_threads(base), _intra_op_threads(new)
-    if not b or not n or b == n:
-        return None
-    return (f"different intra-op threads: base {', '.join(sorted(b))}, new {', '.join(sorted(n))} "
-            "(unrecorded: torch's default, before threads were recorded). Time changes may be the threads'; "
-            "rerun one side with `run --threads`.")
-
-
-def hardware_note(base: ResultsFile, new: ResultsFile) -> str | None:
-    """A sentence when the two sides, or the shards of one side, ran on different hardware."""
-    from ..harness.env import describe_hardware
-
-    b, n = _fingerprints(base), _fingerprints(new)
-    notes = []
-    for side, prints in (("base", b), ("new", n)):
-        if len(prints) > 1:
-            notes.append(f"the {side} side mixes {len(prints)} hardware types ("
-                         + "; ".join(describe_hardware(e) for e in prints.values()) + ")")
-    if b and n and not set(b) & set(n):
-        notes.append(f"base ran on {'; '.join(describe_hardware(e) for e in b.values())}, new on "
-                     f"{'; '.join(describe_hardware(e) for e in n.values())}")
-    if not notes:
-        return None
-    return "different hardware: " + "; ".join(notes) + ". Time and memory changes may be the hardware's."
+    return [Finding(cfg, q.record_key, b[1], n[1], None, None, verdict,
+                    detail={"base_leaking": b[0], "new_leaking": n[0]})]

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .metrics import register_metric
+from ..stats.deterministic import COUNT_THRESHOLD
+from .metrics import Quantity, register_metric
 from .peaks import peak_tflops
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,7 +137,15 @@ def flops_record(counter: FlopCount, median_ms: float | None, device: str, preci
     }
 
 
-@register_metric("flops", "FLOPs per step (forward/backward, by operator), achieved TFLOP/s and fraction of peak")
+FLOPS_QUANTITIES = (
+    Quantity("flops", ("flops", "total"), "FLOP/iter", deterministic=True, threshold=COUNT_THRESHOLD, rule="exact",
+             title="FLOPs per step"),
+    Quantity("tflops", ("flops", "tflops"), "TFLOP/s", better="higher", rule="none", title="achieved TFLOP/s"),
+)
+
+
+@register_metric("flops", "FLOPs per step (forward/backward, by operator), achieved TFLOP/s and fraction of peak",
+                 quantities=FLOPS_QUANTITIES)
 def collect_flops(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """One step under the FLOP counter; TFLOP/s from the timed median when present."""
     counter = count_flops(workload.step)

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..workload import UnsupportedError
-from .metrics import register_metric
+from ..stats.deterministic import INSTRUCTIONS_THRESHOLD
+from .metrics import Quantity, register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..results.schema import RunConfig
@@ -248,7 +249,10 @@ def _instrumentation_on(control: str) -> None:
         raise RuntimeError(f"instructions: callgrind_control -i on failed: {output.strip()[-300:]}")
 
 
-@register_metric("instructions", "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)")
+@register_metric("instructions", "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)",
+                 quantities=[Quantity("instructions", ("instructions", "per_step"), "instructions/iter",
+                                      deterministic=True, threshold=INSTRUCTIONS_THRESHOLD, rule="exact",
+                                      title="CPU instructions per step")])
 def collect_instructions(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """Count ``instruction_steps`` steps of a fresh copy of this run under callgrind."""
     n = config.options.instruction_steps or DEFAULT_INSTRUCTION_STEPS  # validated by RunOptions

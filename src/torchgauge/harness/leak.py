@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..stats.leak import CPU_TOLERANCE_MB_PER_ITER, GPU_TOLERANCE_MB_PER_ITER, detect_leak, min_samples
 from .memory import current_rss_mb
-from .metrics import register_metric
+from .metrics import Quantity, register_metric
 from .timer import device_sync
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +67,9 @@ def sample_memory(step: Callable[[], Any], iterations: int, device: Any) -> Memo
     return MemorySeries(tuple(cpu), tuple(gpu) if on_cuda else None)
 
 
-@register_metric("leak", "CPU RSS / GPU allocated growth per iteration over N steps, and a leak flag")
+@register_metric("leak", "CPU RSS / GPU allocated growth per iteration over N steps, and a leak flag", quantities=[
+    # judged by its flag (metrics["leak"]["leaking"]); the growth is the value shown and followed
+    Quantity("leak", ("leak", "cpu_growth_mb_per_iter"), "MiB/iter", rule="flag", title="CPU memory growth")])
 def collect_leak(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """N extra steps; leaking when CPU or GPU memory grows beyond tolerance, persistently."""
     n = config.options.leak_iterations or DEFAULT_LEAK_ITERATIONS  # validated by RunOptions

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from .api_recorders import OpRecorder
-from .metrics import register_metric
+from ..stats.deterministic import COUNT_THRESHOLD
+from .metrics import Quantity, register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..results.schema import RunConfig
@@ -45,7 +46,9 @@ def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
     return dict(sorted(recorder.calls.items()))
 
 
-@register_metric("op_counts", "ATen operators dispatched per step, by operator (deterministic)")
+@register_metric("op_counts", "ATen operators dispatched per step, by operator (deterministic)", quantities=[
+    Quantity("op_counts", ("op_counts", "total"), "ops/iter", deterministic=True, threshold=COUNT_THRESHOLD,
+             rule="exact", title="ATen operators per step")])
 def collect_op_counts(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """One warm step under the operator recorder."""
     by_op = count_ops(workload.step)

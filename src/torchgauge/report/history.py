@@ -6,18 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..results.store import SeriesPoint, metric_value
+from ..compare.matching import config_key
+from ..harness.metrics import quantity
+from ..results.schema import RunConfig
+from ..results.store import SeriesPoint
 from ..stats.compare import DEFAULT_THRESHOLD
 from ..stats.steps import detect_regressions, detect_steps
 
-__all__ = ["HISTORY_COLUMNS", "METRIC_UNITS", "PLOT_FORMATS", "HistoryTable", "history_tables", "series_groups",
+__all__ = ["HISTORY_COLUMNS", "PLOT_FORMATS", "HistoryTable", "history_tables", "series_groups",
            "sparkline", "write_history_plot"]
 
 HISTORY_COLUMNS = ("run", "date", "torch", "git", "status", "value", "level", "step")
 PLOT_FORMATS = (".png", ".svg", ".pdf")
-# Units of the followed metrics (keys of METRIC_PATHS), for axis labels.
-METRIC_UNITS = {"time": "median ms / step", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB",
-                "instructions": "instructions / step", "op_counts": "ops / step", "flops": "FLOP / step", "tflops": "TFLOP/s", "compile_s": "s"}
 # Eight block heights of a sparkline, lowest first; a failed run is a blank.
 _SPARKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
@@ -33,23 +33,28 @@ class HistoryTable:
 
 def series_groups(points: Sequence[SeriesPoint]) -> dict[str, list[SeriesPoint]]:
     """``points`` split by configuration, keyed by its label (``eval/cpu/fp32/eager``, ``/bs=N`` when set)."""
-    groups: dict[str, list[SeriesPoint]] = {}
+    groups: dict[tuple, list[SeriesPoint]] = {}
     for p in points:
-        c = p.config
-        label = f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
-        groups.setdefault(label, []).append(p)
-    return groups
+        groups.setdefault(config_key(p.config, without="model"), []).append(p)
+    return {_series_label(pts[0].config): pts for pts in groups.values()}
+
+
+def _series_label(c: RunConfig) -> str:
+    return f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
 
 
 def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: float = DEFAULT_THRESHOLD) -> list[HistoryTable]:
     """Group ``points`` by configuration and mark level changes of at least ``threshold``.
 
-    Failed runs keep their row (value ``None``) and do not break a segment. Upward steps
-    are regressions (every metric here is lower-is-better), downward ones improvements.
+    Failed runs keep their row (value ``None``) and do not break a segment. A step the
+    quantity's ``better`` way is an improvement, the other way a regression (upward for
+    time, memory and counts; downward for TFLOP/s).
     """
+    q = quantity(metric)
+    worse = 1.0 if q.better == "lower" else -1.0  # sign of a step's change that is a regression
     tables = []
     for label, pts in series_groups(points).items():
-        values = [metric_value(p.metrics, metric) if p.status in ("ok", "fail_accuracy") else None for p in pts]
+        values = [q.value(p.metrics) if p.status in ("ok", "fail_accuracy") else None for p in pts]
         segments = detect_steps(values)
         level = {i: seg.level for seg in segments for i in range(seg.start, seg.end)}
         steps = detect_regressions(segments, threshold, direction="both")
@@ -57,12 +62,13 @@ def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: flo
         rows = []
         for i, (p, v) in enumerate(zip(pts, values)):
             step = marks.get(i)
-            mark = "" if step is None else f"{'regression' if step.change > 0 else 'improvement'} {step.change:+.1%}"
+            kind = None if step is None else "regression" if step.change * worse > 0 else "improvement"
+            mark = "" if step is None else f"{kind} {step.change:+.1%}"
             rows.append([p.suite_id, p.created_at[:19].replace("T", " "), p.torch_version, (p.torch_git_version or "")[:10],
                          p.status, v, level.get(i), mark])
         tables.append(HistoryTable(label, rows, [
             {"run": pts[s.position].suite_id, "position": s.position, "before": s.before, "after": s.after,
-             "change": s.change, "kind": "regression" if s.change > 0 else "improvement"} for s in steps]))
+             "change": s.change, "kind": "regression" if s.change * worse > 0 else "improvement"} for s in steps]))
     return tables
 
 

@@ -12,6 +12,7 @@ import json
 from typing import Any, Iterable
 
 from ..compare.regression import Comparison, Finding, StatusChange
+from ..harness.metrics import Quantity, quantities
 from .escape import markdown_code, markdown_text
 
 __all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "format_value", "render_markdown"]
@@ -20,23 +21,28 @@ FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-valu
 # Environment fields shown side by side, in this order (the JSON keeps the whole env).
 ENV_KEYS = ("torch_version", "torch_git_version", "python_version", "cuda_version", "gpu_name", "gpu_driver",
             "cpu_model", "cpu_count", "memory_gib", "torch_num_threads", "hostname", "machine_fingerprint", "platform")
-_UNITS = {"time_ms": "ms", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB", "leak": "MiB/iter"}
+
+
+def _judged(metric: str) -> Quantity | None:
+    """The quantity a finding's metric (a record key) names: the one ``compare`` judges."""
+    return next((q for q in quantities() if q.record_key == metric and q.rule != "none"), None)
 
 
 def format_value(metric: str, value: float | None) -> str:
     """A value with its unit: ``12.35 ms``, ``512 MiB``, ``1,234,567`` for counts."""
     if value is None:
         return "-"
-    unit = _UNITS.get(metric)
-    if unit is None:  # deterministic counts
+    q = _judged(metric)
+    if q is None or q.rule == "exact":  # deterministic counts
         return f"{value:,.0f}"
-    if unit == "MiB":
-        return f"{value:,.1f} {unit}"
-    return f"{value:.4g} {unit}"
+    if q.unit == "MiB":
+        return f"{value:,.1f} {q.unit}"
+    return f"{value:.4g} {q.unit}"
 
 
 def _change(f: Finding) -> str:
-    if f.metric == "leak":
+    q = _judged(f.metric)
+    if q is not None and q.rule == "flag":
         return "leak" if f.detail.get("new_leaking") else "no leak"
     return "-" if f.change is None else f"{f.change:+.1%}"
 
@@ -72,7 +78,7 @@ MAX_OPS_SHOWN = 12
 def _ops_lines(findings: Iterable[Finding]) -> list[str]:
     out = []
     for f in findings:
-        ops = f.detail.get("ops") if f.metric == "op_counts" else None
+        ops = f.detail.get("ops")
         if ops:
             shown = [f"{markdown_code(op)} {markdown_text(v.get('base'))} -> {markdown_text(v.get('new'))}"
                      for op, v in list(ops.items())[:MAX_OPS_SHOWN]]

@@ -256,7 +256,7 @@ class ResultsFile:
             "created_at": self.created_at,
             "complete": self.complete,
             "env": self.env,
-            "planned": [_planned_doc(c) for c in self.planned],
+            "planned": [{k: getattr(c, k) for k in _PLANNED_FIELDS} for c in self.planned],
             "runs": [r.to_dict() for r in self.runs],
         }
 
@@ -330,10 +330,6 @@ class ResultsWriteError(OSError):
 # The fields of a planned configuration in the results file: a run's identity (RunConfig.key)
 # plus its size; the shared settings (repeat, metrics, ...) are in the run records.
 _PLANNED_FIELDS = ("model", "mode", "device", "precision", "backend", "batch_size", "size")
-
-
-def _planned_doc(config: RunConfig) -> dict[str, Any]:
-    return {k: getattr(config, k) for k in _PLANNED_FIELDS}
 
 
 def _planned_config(doc: Mapping[str, Any]) -> RunConfig:

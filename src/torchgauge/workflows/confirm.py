@@ -32,7 +32,8 @@ from ..compare.regression import Comparison, Finding, compare_results
 from ..results.schema import ResultsFile, RunConfig, RunRecord, load_results
 from ..stats.compare import rounds_needed
 
-__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command", "rerun_configs"]
+__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command",
+           "rerun_configs"]
 
 
 class ConfirmError(RuntimeError):
@@ -60,7 +61,8 @@ def recorded_intra_op_threads(records: Sequence[RunRecord]) -> int | None:
 
 
 def _group_key(c: RunConfig) -> tuple:
-    # configurations one `torchgauge run` invocation can cover together
+    """Configurations with the same key can be re-measured by one ``torchgauge run`` invocation:
+    everything but the model (the one place confirm builds a configuration key of its own)."""
     return (c.mode, c.device, c.precision, c.backend, c.batch_size, c.size, c.repeat, c.warmup, c.seed, c.metrics)
 
 
@@ -152,8 +154,9 @@ def confirm_comparison(
                 part = rerun_configs(python, configs, Path(tmp), request, f"{side}-{r}")
                 (base_runs if side == "base" else new_runs).extend(part.runs)
                 envs.setdefault(side, part.env)
-    again = compare_results(ResultsFile(env=envs["base"], runs=base_runs), ResultsFile(env=envs["new"], runs=new_runs),
-                            threshold=cmp.threshold, alpha=cmp.alpha, correction=cmp.correction, time_signal=cmp.time_signal)
+    again = compare_results(ResultsFile(env=envs["base"], runs=base_runs),
+                            ResultsFile(env=envs["new"], runs=new_runs), threshold=cmp.threshold, alpha=cmp.alpha,
+                            correction=cmp.correction, time_signal=cmp.time_signal)
     confirmed = {(f.config.key(), f.metric): f for f in again.regressions}
     remeasured = {(f.config.key(), f.metric) for f in (*again.regressions, *again.improvements, *again.unchanged)}
     kept: list[Finding] = []
@@ -161,7 +164,8 @@ def confirm_comparison(
     for f in cmp.regressions:
         hit = confirmed.get((f.config.key(), f.metric))
         if hit is not None:  # report the confirmation's figures: they are the sounder ones
-            kept.append(dataclasses.replace(hit, detail={**hit.detail, "first_change": f.change, "first_p_value": f.p_value}))
+            detail = {**hit.detail, "first_change": f.change, "first_p_value": f.p_value}
+            kept.append(dataclasses.replace(hit, detail=detail))
         elif (f.config.key(), f.metric) not in remeasured:  # a rerun failed: no evidence either way, keep the flag
             kept.append(dataclasses.replace(f, detail={**f.detail, "confirmation": "not re-measured (a rerun failed)"}))
         else:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
 from .diagnose.rules import Finding, diagnose
 from ..harness.breakdown import breakdown, step_breakdowns
 from ..harness.events import ProfileTrace
+from ..harness.json_stream import TraceFormatError
 from ..harness.trace_import import ImportedTrace, read_trace
 from ..report.kernels import (
     TOP_KERNELS,
@@ -24,15 +25,32 @@ from ..report.kernels import (
     top_kernels,
 )
 
-__all__ = ["DeviceAnalysis", "DeviceDiagnosis", "analyse_trace_file", "diagnose_trace_file"]
+__all__ = ["DeviceAnalysis", "DeviceDiagnosis", "TraceFileError", "analyse_trace_file", "diagnose_trace_file",
+           "map_trace_files"]
+
+_Result = TypeVar("_Result")
+
+
+class TraceFileError(ValueError):
+    """A trace file could not be read or is not a trace (the message names the file and what is accepted)."""
 
 
 @dataclass
-class DeviceAnalysis:
-    """One device of one trace file: its breakdown over all steps and per step, and kernel tables."""
+class _DeviceOfFile:
+    """One device of one trace file."""
 
     file: str
     device: str
+
+    @property
+    def label(self) -> str:
+        return f"{os.path.basename(self.file)} {self.device}"
+
+
+@dataclass
+class DeviceAnalysis(_DeviceOfFile):
+    """One device of one trace file: its breakdown over all steps and per step, and kernel tables."""
+
     platform: str
     rank: int | None
     breakdown: dict[str, Any]  # the breakdown record over the whole window
@@ -43,10 +61,6 @@ class DeviceAnalysis:
     skipped: dict[str, int] = field(default_factory=dict)
     steps_annotated: bool = False
 
-    @property
-    def label(self) -> str:
-        return f"{os.path.basename(self.file)} {self.device}"
-
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "device": self.device, "platform": self.platform, "rank": self.rank,
                 "steps_annotated": self.steps_annotated, "skipped": self.skipped, "breakdown": self.breakdown,
@@ -55,19 +69,13 @@ class DeviceAnalysis:
 
 
 @dataclass
-class DeviceDiagnosis:
+class DeviceDiagnosis(_DeviceOfFile):
     """Findings for one device of one trace file."""
 
-    file: str
-    device: str
     steps: int
     span_ms: float
     findings: list[Finding]
     skipped: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return f"{os.path.basename(self.file)} {self.device}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "device": self.device, "steps": self.steps, "span_ms": self.span_ms,
@@ -111,3 +119,22 @@ def diagnose_trace_file(path: str | os.PathLike, *, model_files: tuple[str, ...]
         out.append(DeviceDiagnosis(file=imported.path, device=dev, steps=len(trace.steps), span_ms=(hi - lo) / 1e3,
                                    findings=diagnose(trace, model_files=model_files), skipped=imported.skipped))
     return out
+
+
+def map_trace_files(paths: Iterable[str | os.PathLike],
+                    per_file: Callable[[str | os.PathLike], list[_Result]]) -> list[_Result]:
+    """``per_file`` applied to each trace file in turn, the per-device results in one list.
+
+    Raises:
+        TraceFileError: a file is unreadable or not a trace; the message is the reader's.
+
+    Example:
+        >>> map_trace_files(["rank0.json.gz", "rank1.json.gz"], diagnose_trace_file)  # doctest: +SKIP
+    """
+    results: list[_Result] = []
+    for path in paths:
+        try:
+            results.extend(per_file(path))
+        except (TraceFormatError, OSError) as exc:
+            raise TraceFileError(str(exc)) from None
+    return results

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -117,39 +116,6 @@ def test_two_writer_processes_at_once(pg_url) -> None:
         for suite, name in zip(suites, ("x", "y")):
             assert [r.config.model for r in store.load(suite).runs] == [f"{name}{i}" for i in range(40)]
         assert store._conn.execute("SELECT COUNT(*) FROM environments").fetchone()[0] == 1  # no duplicate env row
-
-
-_KILLED = textwrap.dedent("""
-    import sys, time
-    from torchgauge.results.schema import RunConfig, RunRecord
-    from torchgauge.results.stores import open_store
-    store = open_store(sys.argv[1])
-    suite = store.begin_suite({"torch_version": "2.13.0", "machine_fingerprint": "m1"})
-    for i in range(3):
-        store.add_run(suite, RunRecord(RunConfig(f"m{i}"), "ok", metrics={"time_ms": {"samples": [1.0, 2.0]}}))
-    # the fourth run is mid-write when the parent kills us: inside an open transaction holding the lock
-    store._transaction().__enter__()
-    store._insert_run(suite, RunRecord(RunConfig("m3"), "ok", metrics={}))
-    print("writing", flush=True)
-    time.sleep(60)
-""")
-
-
-def test_writer_killed_mid_write_loses_nothing_stored(pg_url) -> None:
-    proc = _writer(_KILLED, pg_url)
-    try:
-        assert proc.stdout.readline().strip() == "writing"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL
-    with open_store(pg_url, create=False) as store:
-        (suite,) = store.suites()
-        assert [r.config.model for r in store.load(suite.id).runs] == ["m0", "m1", "m2"]
-        store.add_run(suite.id, RunRecord(RunConfig("after"), "ok"))  # the dead writer's lock went with it
-        assert store.suites()[0].runs == 4
 
 
 def _v2_store(steps: tuple[str, ...]):

@@ -17,21 +17,21 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ...compare.backend_ratios import METRIC_TITLES, compare_backends
+from ...compare.backend_ratios import compare_backends, ratio_metrics
 from ...compare.devices import compare_devices, describe_env
 from ...compare.matching import CompareError
 from ...compare.regression import TIME_METRIC, compare_results
 from ...results.schema import ResultsFile, RunRecord
-from ...results.store import METRIC_PATHS, SeriesPoint, Store, SuiteInfo, metric_value
+from ...harness.metrics import quantities
+from ...results.store import SeriesPoint, Store, SuiteInfo
 from ...stats.compare import DEFAULT_THRESHOLD
 from ...stats.summary import IQR_WARN_THRESHOLD, summarize
 from ..breakdown import COMPONENT_LABELS, COMPONENTS, BreakdownRow, breakdown_rows, domain_table
-from ..history import METRIC_UNITS, history_tables, series_groups
+from ..history import history_tables, series_groups
 
 __all__ = [
     "ENV_FIELDS",
     "INDEX_VERDICTS",
-    "METRIC_UNITS",
     "IndexRow",
     "LatestRun",
     "ModelHistory",
@@ -197,7 +197,7 @@ class ModelHistory:
 
     model: str
     slug: str
-    metrics: dict[str, list[SeriesData]]  # metric (METRIC_PATHS key) -> series
+    metrics: dict[str, list[SeriesData]]  # metric (a quantity's name) -> series
     points: dict[str, list[dict[str, Any]]]  # configuration -> per point: run, date, status, error, env id, traces
     envs: dict[int, dict[str, Any]]  # env id (numbered on this page) -> ENV_FIELDS values
     threshold: float = DEFAULT_THRESHOLD
@@ -231,8 +231,9 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
                          "env": env_ids[key], "traces": trace_paths(p.metrics)})
         details[label] = rows
     metrics: dict[str, list[SeriesData]] = {}
-    for metric in METRIC_PATHS:
-        if not any(metric_value(p.metrics, metric) is not None for p in points):
+    for q in quantities():
+        metric = q.name
+        if not any(q.value(p.metrics) is not None for p in points):
             continue
         series = []
         for label, pts in groups.items():
@@ -283,9 +284,10 @@ def _backends(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
         except CompareError as exc:
             out.append({"baseline": baseline, "candidate": candidate, "error": str(exc)})
             continue
-        metrics = [m for m in METRIC_TITLES if any(r.ratios.get(m) is not None for r in cmp.rows)]
+        titles = ratio_metrics()
+        metrics = [m for m in titles if any(r.ratios.get(m) is not None for r in cmp.rows)]
         out.append({"baseline": baseline, "candidate": candidate, "metrics": metrics,
-                    "titles": {m: METRIC_TITLES[m] for m in metrics},
+                    "titles": {m: titles[m] for m in metrics},
                     "rows": [r.as_dict() for r in cmp.rows], "geomeans": cmp.geomeans,
                     "failed_candidate": [u.as_dict() for u in cmp.failed_candidate],
                     "failed_accuracy": [f"{r.model}/{r.mode}" for r in cmp.failed_accuracy]})

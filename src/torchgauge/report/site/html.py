@@ -15,7 +15,8 @@ from typing import Any, Iterable, Sequence
 
 from ...results.store import SuiteInfo
 from ..escape import html_text
-from .data import ENV_FIELDS, METRIC_UNITS, IndexRow, LatestRun, ModelHistory, model_slug
+from ...harness.metrics import quantity
+from .data import ENV_FIELDS, IndexRow, LatestRun, ModelHistory, model_slug
 
 __all__ = ["escape_html", "index_page", "model_page", "figures_page", "page", "script_json"]
 
@@ -208,7 +209,7 @@ def model_page(history: ModelHistory, traces: dict[str, str | None]) -> str:
 
 
 def _unit(metric: str) -> str:
-    return METRIC_UNITS.get(metric, "")
+    return quantity(metric).unit
 
 
 def figures_page(figures: dict[str, Any], *, title: str) -> str:

@@ -27,7 +27,8 @@ import re
 import urllib.parse
 from typing import Any, Iterator, Sequence
 
-from ..store import BUSY_TIMEOUT_S, STORE_SCHEMA_VERSION, Store, StoreError, _Tx
+from ..store import Store
+from ..store_tables import BUSY_TIMEOUT_S, STORE_SCHEMA_VERSION, StoreError, _Tx
 
 __all__ = ["MIGRATIONS", "WRITE_LOCK_KEY", "PostgresStore"]
 

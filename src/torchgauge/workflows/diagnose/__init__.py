@@ -8,9 +8,9 @@ runs in this process (diagnosis is interactive; a crash is the user's to see).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
-__all__ = ["DIAGNOSE_STEPS", "DIAGNOSE_WARMUP", "Diagnosis", "diagnose_model"]
+__all__ = ["DIAGNOSE_STEPS", "DIAGNOSE_WARMUP", "Diagnosis", "diagnose_model", "diagnose_modes"]
 
 # Profiled steps: the rules need recurrence (a bug in the step shows up every step).
 DIAGNOSE_STEPS = 5
@@ -29,7 +29,7 @@ class Diagnosis:
     batch_size: int
     steps: int
     span_ms: float  # profiled wall time of all steps
-    findings: list = field(default_factory=list)  # of compare.diagnose.Finding
+    findings: list = field(default_factory=list)  # of rules.Finding
     model_files: tuple[str, ...] = ()
     trace_path: str | None = None
 
@@ -70,3 +70,24 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
                           callers=call_sites.callers, direct=call_sites.direct),
         model_files=model_files, trace_path=trace_path,
     )
+
+
+def diagnose_modes(name: str, modes: Sequence[str], device: str = "cpu", *, size: str = "full",
+                   batch_size: int | None = None, steps: int = DIAGNOSE_STEPS, profile_dir: str | None = None,
+                   on_event: Callable[[str], None] | None = None,
+                   on_unsupported: Callable[[str], None] | None = None) -> list[Diagnosis]:
+    """:func:`diagnose_model` for each of ``modes`` in turn; a mode the model does not support
+    is reported to ``on_unsupported`` and left out, ``on_event`` hears each profiling start."""
+    from ...workload import UnsupportedError
+
+    results = []
+    for mode in modes:
+        if on_event:
+            on_event(f"profiling {name} {mode} on {device} ({size}, {steps} steps)")
+        try:
+            results.append(diagnose_model(name, mode, device, size=size, batch_size=batch_size, steps=steps,
+                                          profile_dir=profile_dir))
+        except UnsupportedError as exc:
+            if on_unsupported:
+                on_unsupported(f"{name} {mode}: unsupported: {exc}")
+    return results

@@ -39,9 +39,10 @@ from .params import (PROBABILITY, SECONDS, check_device, fraction, non_negative,
 @click.option("--repeat", type=int, default=15, show_default=True, callback=positive,
               help="Timed iterations per point.")
 @click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative)
-@click.option("--metric", type=click.Choice(["time", "instructions", "op_counts", "flops"]), default="time",
-              show_default=True, help="What to follow: time (rank test on samples) or a deterministic count "
-                                      "(threshold only; immune to machine load; instructions needs valgrind).")
+@click.option("--metric", default="time", show_default=True,
+              help="What to follow: time (rank test on samples) or a deterministic count such as instructions, "
+                   "op_counts or flops (threshold only; immune to machine load; instructions needs valgrind). "
+                   "The metric registry decides which quantities qualify.")
 @click.option("--threshold", default=None, callback=threshold,
               help="Change that counts, e.g. 7% or 0.07 (default: compare's, 7% for time, 2% for "
                    "instructions, 1% for operator counts and FLOPs).")
@@ -79,7 +80,10 @@ def bisect_command(**kw: object) -> None:
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
-    spec = _spec(kw)
+    try:
+        spec = _spec(kw)
+    except BisectSetupError as exc:
+        raise click.UsageError(str(exc)) from None
     cache_dir = resolve_cache_dir(kw["cache_dir"], no_cache=bool(kw["no_cache"]))
     with tempfile.TemporaryDirectory(prefix="torchgauge-bisect-") as workdir:
         try:

@@ -18,7 +18,7 @@ from .driver import run_bisect
 from .errors import BisectSetupError, BuildFailed
 from .judging import DEFAULT_RETRIES, Judging
 from .measure import measure_in_subprocess
-from .metric_facts import METRICS, default_threshold
+from .metric_facts import bisect_metrics, default_threshold
 from .point_cache import PointStore, default_cache_dir, resolve_cache_dir
 from .ranges import GitRange, Point, PointEnv, VersionRange
 from .report import REPORT_COLUMNS, BisectReport, format_change, report_rows, report_summary, report_warnings
@@ -32,7 +32,7 @@ __all__ = [
     "ENV_PYTHON",
     "ENV_VENV",
     "ENV_WORKTREE",
-    "METRICS",
+    "bisect_metrics",
     "REPORT_COLUMNS",
     "BisectReport",
     "BisectSetupError",

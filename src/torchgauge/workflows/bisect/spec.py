@@ -15,7 +15,7 @@ from pathlib import Path
 from ...harness.threads import DEFAULT_INTRA_OP_THREADS
 from ...results.schema import RunConfig
 from .errors import BisectSetupError
-from .metric_facts import METRICS, is_deterministic
+from .metric_facts import bisect_metrics, is_deterministic
 
 __all__ = ["DEFAULT_REPEAT", "MeasureSpec"]
 
@@ -38,14 +38,14 @@ class MeasureSpec:
     repeat: int = DEFAULT_REPEAT
     warmup: int = 3
     model_files: tuple[str, ...] = ()  # absolute paths
-    metric: str = "time"  # a key of METRICS
+    metric: str = "time"  # a bisectable quantity (metric_facts.bisect_metrics)
     # intra-op threads of every measurement (`torchgauge run --threads`; None: one per CPU).
     # One by default: two threads on two shared cores gave bimodal samples (issue 17).
     threads: int | None = DEFAULT_INTRA_OP_THREADS
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise BisectSetupError(f"invalid metric {self.metric!r}; accepted: {', '.join(METRICS)}")
+        if self.metric not in bisect_metrics():
+            raise BisectSetupError(f"invalid metric {self.metric!r}; accepted: {', '.join(bisect_metrics())}")
         if not self.models or not self.modes:
             raise BisectSetupError("nothing to measure: give at least one model and one mode")
 

@@ -14,9 +14,10 @@ Everything the CLI does is reachable through :mod:`torchgauge.suite`,
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .results.schema import ResultsFile, RunRecord
 
@@ -95,7 +96,7 @@ def run(
     repeat: int = 10,
     warmup: int = 3,
     metrics: Sequence[str] = ("time", "memory"),
-    options: "Mapping[str, Any] | RunOptions | None" = None,
+    options: Mapping[str, Any] | RunOptions | None = None,
     isolate: bool = True,
     timeout_s: float = 900.0,
     output: str | os.PathLike | None = None,

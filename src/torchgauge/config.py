@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "BACKEND_OPTIONS",
@@ -132,7 +133,7 @@ class RunOptions:
                 _check_option(f.name, getattr(self, f.name))
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], *, strict: bool = True) -> "RunOptions":
+    def from_dict(cls, doc: Mapping[str, Any], *, strict: bool = True) -> RunOptions:
         """Options from a record's ``options`` object. ``strict``: an unknown key is a
         ConfigError (user input); otherwise it is kept in ``unknown`` (a stored record)."""
         if not isinstance(doc, Mapping):
@@ -159,7 +160,7 @@ class RunOptions:
         doc.update(self.unknown)
         return doc
 
-    def without(self, *names: str) -> "RunOptions":
+    def without(self, *names: str) -> RunOptions:
         """These options back to unset (e.g. an eager baseline drops the compiler's)."""
         return replace(self, **{n: False if n in _FLAGS else None for n in names})
 
@@ -196,7 +197,7 @@ class RunConfig:
         """Identity used to match runs across results: (model, mode, device, precision, backend, batch_size)."""
         return (self.model, self.mode, self.device, self.precision, self.backend, self.batch_size)
 
-    def with_(self, **changes: Any) -> "RunConfig":
+    def with_(self, **changes: Any) -> RunConfig:
         return replace(self, **changes)
 
 

@@ -34,7 +34,7 @@ PRECISIONS = tuple(list_precisions())
 BACKENDS = tuple(list_backends())
 
 
-def apply_config(workload: "Workload", config: "RunConfig") -> "Workload":
+def apply_config(workload: Workload, config: RunConfig) -> Workload:
     """Configure precision, channels-last and backend in place.
 
     Raises:
@@ -48,7 +48,7 @@ def apply_config(workload: "Workload", config: "RunConfig") -> "Workload":
     return workload
 
 
-def build_workload(config: "RunConfig") -> "Workload":
+def build_workload(config: RunConfig) -> Workload:
     """A fresh workload for ``config``'s model, mode, device, size, batch size, seed and model
     arguments, not yet configured (see :func:`apply_config`)."""
     from .registry import create

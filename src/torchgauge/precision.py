@@ -19,8 +19,9 @@ New precisions register with ``@register_precision("name", "description")``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -46,6 +47,8 @@ _STATE_DEPTH = 3
 # Workload attributes that are not state tensors: handled explicitly or never cast.
 _NOT_STATE = frozenset({"ctx", "module", "inputs", "targets", "optimizer", "loss_fn", "autocast", "grad_scaler"})
 
+PrecisionFn = Callable[["Workload"], None]  # configures a workload in place
+
 
 @dataclass(frozen=True)
 class PrecisionSpec:
@@ -53,16 +56,16 @@ class PrecisionSpec:
 
     name: str
     description: str  # one line, shown in --help and errors
-    apply: Callable[["Workload"], None]  # configures a freshly built fp32 workload in place
+    apply: PrecisionFn  # configures a freshly built fp32 workload in place
 
 
 _PRECISIONS: dict[str, PrecisionSpec] = {}
 
 
-def register_precision(name: str, description: str) -> Callable[[Callable[["Workload"], None]], Callable[["Workload"], None]]:
+def register_precision(name: str, description: str) -> Callable[[PrecisionFn], PrecisionFn]:
     """Register ``fn(workload) -> None`` as precision ``name`` (duplicates raise)."""
 
-    def decorator(fn: Callable[["Workload"], None]) -> Callable[["Workload"], None]:
+    def decorator(fn: PrecisionFn) -> PrecisionFn:
         if name in _PRECISIONS:
             raise ValueError(f"precision {name!r} is already registered")
         _PRECISIONS[name] = PrecisionSpec(name, description, fn)
@@ -84,7 +87,7 @@ def get_precision(name: str) -> PrecisionSpec:
         raise ValueError(f"unknown precision {name!r}; accepted: {', '.join(_PRECISIONS)}") from None
 
 
-def apply_precision(workload: "Workload", name: str) -> None:
+def apply_precision(workload: Workload, name: str) -> None:
     """Put ``workload`` in precision ``name``.
 
     Raises:
@@ -144,7 +147,8 @@ def _cast_state(obj: Any, dtype: torch.dtype, depth: int, seen: set[int]) -> Any
         return _cast(obj, dtype)
     if depth <= 0 or id(obj) in seen:
         return obj
-    if isinstance(obj, (nn.Module, torch.optim.Optimizer, torch.Generator, type)) or callable(obj) and not hasattr(obj, "__dict__"):
+    opaque = (nn.Module, torch.optim.Optimizer, torch.Generator, type)
+    if isinstance(obj, opaque) or callable(obj) and not hasattr(obj, "__dict__"):
         return obj
     seen.add(id(obj))
     if isinstance(obj, dict):
@@ -165,7 +169,7 @@ def _cast_state(obj: Any, dtype: torch.dtype, depth: int, seen: set[int]) -> Any
     return obj
 
 
-def cast_workload(workload: "Workload", dtype: torch.dtype) -> None:
+def cast_workload(workload: Workload, dtype: torch.dtype) -> None:
     """Cast module weights, floating inputs/targets and floating workload state to ``dtype``.
 
     ``module.to`` keeps parameter identity, so an optimizer built before the cast still
@@ -181,7 +185,7 @@ def cast_workload(workload: "Workload", dtype: torch.dtype) -> None:
                 setattr(workload, key, new)
 
 
-def apply_channels_last(workload: "Workload") -> None:
+def apply_channels_last(workload: Workload) -> None:
     """channels_last memory format for a convolutional model: module and every 4-D input.
 
     Raises:
@@ -195,29 +199,29 @@ def apply_channels_last(workload: "Workload") -> None:
 
 # -- the built-in precisions ------------------------------------------------------------------
 @register_precision("fp32", "fp32 weights and math; TF32 off (the default)")
-def _fp32(workload: "Workload") -> None:
+def _fp32(workload: Workload) -> None:
     _set_tf32(False)
 
 
 @register_precision("tf32", "fp32 weights; TF32 tensor cores on for matmul and cuDNN (same as fp32 on CPU)")
-def _tf32(workload: "Workload") -> None:
+def _tf32(workload: Workload) -> None:
     _set_tf32(True)
 
 
 @register_precision("fp16", "module, floating inputs and state cast to float16")
-def _fp16(workload: "Workload") -> None:
+def _fp16(workload: Workload) -> None:
     _set_tf32(False)
     cast_workload(workload, torch.float16)
 
 
 @register_precision("bf16", "module, floating inputs and state cast to bfloat16")
-def _bf16(workload: "Workload") -> None:
+def _bf16(workload: Workload) -> None:
     _set_tf32(False)
     cast_workload(workload, torch.bfloat16)
 
 
 @register_precision("amp", "autocast around forward and loss: fp16 on CUDA (with GradScaler), bf16 elsewhere")
-def _amp(workload: "Workload") -> None:
+def _amp(workload: Workload) -> None:
     _set_tf32(False)
     device = workload.device
     dtype = amp_dtype(device)

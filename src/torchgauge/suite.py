@@ -8,8 +8,9 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import fnmatch
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .config import RunConfig
 from .results.schema import PASSING_STATUSES, ResultsFile, RunRecord

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import click
 
-from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, positive, selected_models
-
 from ..workflows.compare_backends import DEFAULT_BASELINE, DEFAULT_CANDIDATE
+from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, positive, selected_models
 
 
 @click.command("compare-backends")
 @click.argument("patterns", nargs=-1)
-@click.option("--baseline", default=None, help=f"Baseline backend [default: {DEFAULT_BASELINE}; with --from: every run of BASE].")
+@click.option("--baseline", default=None,
+              help=f"Baseline backend [default: {DEFAULT_BASELINE}; with --from: every run of BASE].")
 @click.option("--candidate", default=None,
               help=f"Candidate backend [default: {DEFAULT_CANDIDATE}; with --from: every run of CAND].")
-@click.option("--from", "from_files", nargs=2, type=click.Path(dir_okay=False), default=None, metavar="BASE.json CAND.json",
+@click.option("--from", "from_files", nargs=2, type=click.Path(dir_okay=False), default=None,
+              metavar="BASE.json CAND.json",
               help="Compare two existing results files instead of running (they may be the same file).")
 @click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
@@ -34,12 +35,14 @@ from ..workflows.compare_backends import DEFAULT_BASELINE, DEFAULT_CANDIDATE
               help="Write the dynamo harness's performance CSV (speedup, abs_latency, compilation_latency, "
                    "compression_ratio, ...); with both modes, FILE_training.csv and FILE_inference.csv.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None,
+              help="MiB of resident memory per worker before status oom.")
 @click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Python file registering extra models (repeatable).")
 @click.option("--results-dir", type=click.Path(file_okay=False), default="torchgauge-results", show_default=True,
               help="Where the two runs' results files are written.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON here.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the comparison as JSON here.")
 @click.option("--chart", type=click.Path(dir_okay=False), default=None,
               help="Bar chart file (.png, .svg or .pdf): one bar per model per metric, log scale, 1.0 marked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
@@ -114,8 +117,15 @@ def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list
 
 def _report(cmp, kw: dict, term) -> None:
     from ..report.charts import ChartError
-    from ..report.comparisons import (UNMATCHED_COLUMNS, backend_chart, backend_columns, backend_rows,
-                                      compiler_summary_columns, compiler_summary_rows, unmatched_rows)
+    from ..report.comparisons import (
+        UNMATCHED_COLUMNS,
+        backend_chart,
+        backend_columns,
+        backend_rows,
+        compiler_summary_columns,
+        compiler_summary_rows,
+        unmatched_rows,
+    )
 
     if kw["output"]:
         Path(kw["output"]).parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +157,8 @@ def _report(cmp, kw: dict, term) -> None:
         undecided = [f"{r.model}/{r.mode}" for r in cmp.rows if r.verdict == "inconclusive"]
         if undecided:
             term.warning(f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
-                         f"its alpha, so a difference could not count (rerun with more --repeat): {', '.join(undecided)}")
+                         "its alpha, so a difference could not count (rerun with more --repeat): "
+                         + ", ".join(undecided))
         if cmp.failed_accuracy:
             term.warning(f"failed the accuracy check with {cmp.candidate} (left out of the geometric means): "
                          + ", ".join(f"{r.model}/{r.mode}" for r in cmp.failed_accuracy))

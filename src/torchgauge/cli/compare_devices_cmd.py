@@ -17,7 +17,8 @@ def _tie_band(ctx: click.Context, param: click.Parameter, value: float | None) -
 @click.command("compare-devices")
 @click.argument("a_file", metavar="A.json", type=click.Path(dir_okay=False))
 @click.argument("b_file", metavar="B.json", type=click.Path(dir_okay=False))
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON here.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the comparison as JSON here.")
 @click.option("--chart", type=click.Path(dir_okay=False), default=None,
               help="Bar chart file (.png, .svg or .pdf): one bar per model, log scale, 1.0 marked.")
 @click.option("--tie-band", type=float, default=None, callback=_tie_band,
@@ -29,8 +30,15 @@ def compare_devices_command(*, a_file: str, b_file: str, output: str | None, cha
     from ..compare.devices import compare_devices
     from ..compare.matching import CompareError
     from ..report.charts import ChartError
-    from ..report.comparisons import (DEVICE_COLUMNS, DEVICE_JUSTIFY, UNMATCHED_COLUMNS, device_chart, device_rows,
-                                      device_summary_rows, unmatched_rows)
+    from ..report.comparisons import (
+        DEVICE_COLUMNS,
+        DEVICE_JUSTIFY,
+        UNMATCHED_COLUMNS,
+        device_chart,
+        device_rows,
+        device_summary_rows,
+        unmatched_rows,
+    )
     from ..results.schema import SchemaError, load_results
     from ..stats.ratios import DEFAULT_TIE_BAND
     from .terminal import Terminal
@@ -61,7 +69,8 @@ def compare_devices_command(*, a_file: str, b_file: str, output: str | None, cha
         if cmp.rows:
             term.table(DEVICE_COLUMNS, device_rows(cmp), justify=DEVICE_JUSTIFY,
                        title="median time: A speedup = B / A (> 1: A faster); A / B (< 1: A faster)")
-            term.table(("mode", "A speedup geomean", "geomean A / B", "A wins", "B wins", "ties"), device_summary_rows(cmp),
+            term.table(("mode", "A speedup geomean", "geomean A / B", "A wins", "B wins", "ties"),
+                       device_summary_rows(cmp),
                        title=f"summary (ties: within {cmp.tie_band:.0%} of 1)",
                        justify=("left", "right", "right", "right", "right", "right"))
         else:
@@ -69,7 +78,8 @@ def compare_devices_command(*, a_file: str, b_file: str, output: str | None, cha
         undecided = [f"{r.model}/{r.mode}" for r in cmp.rows if r.verdict == "inconclusive"]
         if undecided:
             term.warning(f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
-                         f"its alpha, so a difference could not count (rerun with more --repeat): {', '.join(undecided)}")
+                         "its alpha, so a difference could not count (rerun with more --repeat): "
+                         + ", ".join(undecided))
         if cmp.unmatched:
             term.table(UNMATCHED_COLUMNS, unmatched_rows(cmp.unmatched), title="not compared")
     if output:

@@ -32,19 +32,21 @@ from .params import SECONDS, fraction, selected_models
 def coverage_command(*, patterns, mode, size, against_tag, target, output, chart, timeout, jobs, model_files, exclude,
                      as_json, quiet) -> None:
     """Record the API and operator coverage of models matching PATTERNS (default: all)."""
-    from ..workflows.coverage import run_coverage
-    from ..stats.coverage_sets import write_domain_chart
     from ..runner import RunnerOptions
+    from ..stats.coverage_sets import write_domain_chart
+    from ..workflows.coverage import run_coverage
     from .terminal import Terminal
 
     term = Terminal(quiet=quiet)
     models = selected_models(patterns, model_files, exclude=exclude)
     modes = ("train", "eval") if mode == "both" else (mode,)
-    options = RunnerOptions(timeout_s=timeout, jobs=jobs, model_files=tuple(str(Path(p).resolve()) for p in model_files))
+    files = tuple(str(Path(p).resolve()) for p in model_files)
+    options = RunnerOptions(timeout_s=timeout, jobs=jobs, model_files=files)
     with term.progress() as progress:
         task = progress.add_task("coverage", total=len(models) * len(modes), current="")
         result = run_coverage(models, modes, options, size=size, against_tag=against_tag, target=target,
-                              on_result=lambda r: progress.update(task, advance=1, current=f"{r.config.model} {r.config.mode}"))
+                              on_result=lambda r: progress.update(task, advance=1,
+                                                                  current=f"{r.config.model} {r.config.mode}"))
     doc = result.to_dict()
     if output:
         Path(output).write_text(json.dumps(doc, indent=1))
@@ -65,8 +67,8 @@ def _print_tables(term, result) -> None:
         k = s[kind]
         ratio = f"{k['ratio']:.2f}x" if k["ratio"] else "-"
         rows.append([label, k["suite"], k["tagged"], ratio, len(k["cover_subset"])])
-    term.table(("surface", "suite", f"'{s['against']}' models", "suite / tagged", f"models for {s['cover_target']:.0%}"),
-               rows, justify=("left", "right", "right", "right", "right"),
+    columns = ("surface", "suite", f"'{s['against']}' models", "suite / tagged", f"models for {s['cover_target']:.0%}")
+    term.table(columns, rows, justify=("left", "right", "right", "right", "right"),
                title=f"{s['models']} models; {s['apis']['suite']} of {s['apis']['universe']} overridable APIs "
                      f"({s['apis']['fraction_of_universe']:.1%}); {result.wall_s:.0f} s")
     term.table(("domain", "models", "APIs", "ops"),
@@ -77,6 +79,7 @@ def _print_tables(term, result) -> None:
     term.table(("model", "APIs only it reaches", "examples"),
                [[m, len(items), ", ".join(i.replace("torch.", "") for i in items[:4])] for m, items in top],
                justify=("left", "right", "left"), title="Irreplaceable models (marginal API contribution)")
-    term.info(f"suggested CI subset ({s['cover_target']:.0%} of the API surface): {', '.join(s['apis']['cover_subset'])}")
+    subset = ", ".join(s["apis"]["cover_subset"])
+    term.info(f"suggested CI subset ({s['cover_target']:.0%} of the API surface): {subset}")
     for r in result.failures:
         term.warning(f"{r.config.model} {r.config.mode}: {r.status}: {(r.error or '').strip().splitlines()[-1:]}")

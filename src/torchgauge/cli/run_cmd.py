@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import signal
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import click
 
 from .params import MEBIBYTES, SECONDS, SEED, bad_config, check_device, non_negative, positive, split_csv
+
 
 def _batch_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     if value is None or value == "auto":
@@ -50,20 +51,24 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--batch-size", "--bs", default=None, callback=_batch_size,
               help="Override every model's default batch size: N, or 'auto' for the eval size found by tune-batch.")
 @click.option("--batch-store", type=click.Path(dir_okay=False), default=None,
-              help="Batch-size store read by --batch-size auto [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
+              help="Batch-size store read by --batch-size auto "
+                   "[default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
 @click.option("--adaptive", type=float, default=None,
               help="Adaptive repeats: time until the median's 95%% interval is narrower than this fraction of it "
                    "(e.g. 0.05), with --repeat as the minimum and --max-repeat as the maximum; every sample kept.")
 @click.option("--max-repeat", type=int, default=200, show_default=True, callback=positive,
               help="Most timed iterations with --adaptive.")
-@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first.")
+@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
+              help="Untimed iterations first.")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True,
               help="'smoke' runs every model at tiny shapes (seconds on a CPU).")
 @click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16, bf16, amp.")
-@click.option("--backend", default="eager", show_default=True, help="eager, inductor, aot_eager, torchscript, cudagraphs, ...")
+@click.option("--backend", default="eager", show_default=True,
+              help="eager, inductor, aot_eager, torchscript, cudagraphs, ...")
 @click.option("--channels-last", is_flag=True, help="channels_last memory format (convolutional models).")
-@click.option("--compile-mode", default=None, help="torch.compile mode for inductor: default, reduce-overhead, max-autotune.")
+@click.option("--compile-mode", default=None,
+              help="torch.compile mode for inductor: default, reduce-overhead, max-autotune.")
 @click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic shapes (default: torch decides).")
 @click.option("--compile-scope", type=click.Choice(["forward", "step"]), default="forward", show_default=True,
               help="Compile the forward only, or the whole step (forward, loss, backward, optimizer step) as the "
@@ -87,7 +92,8 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
                    "rounds); compare then tests process medians (docs/regression-detection.md).")
 @click.option("--pin-threads", is_flag=True, help="Restrict each run to as many CPUs as it has threads.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom.")
+@click.option("--memory-limit", type=MEBIBYTES, default=None,
+              help="MiB of resident memory per worker before status oom.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Results JSON (default: torchgauge-results/run-<time>.json).")
 @click.option("--keep-logs", type=click.Path(file_okay=False), default=None,
@@ -124,9 +130,9 @@ def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
     from ..executors.ray_cluster import ClusterError
     from ..report.escape import terminal_text
+    from ..report.progress import SuiteProgress
     from ..report.table import RESULT_COLUMNS, RESULT_JUSTIFY, result_rows
     from ..suite import DEVICE_MISSING_EXIT_CODE, exit_code
-    from ..report.progress import SuiteProgress
     from . import interrupt_exit_code
     from .terminal import Terminal
 

@@ -23,7 +23,8 @@ def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--budget-s", type=SECONDS, default=None,
               help="Seconds of search per model [default: tune_batch.DEFAULT_BUDGET_S].")
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per size.")
-@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first.")
+@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
+              help="Untimed iterations first.")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
 @click.option("--within", type=float, default=0.0, show_default=True, callback=_within,
               help="Pick the smallest size within this fraction of the best throughput (0: the best).")
@@ -45,8 +46,14 @@ def tune_batch_command(**kw: object) -> None:
     `torchgauge run --batch-size auto`.
     """
     from ..runner import RunnerOptions
-    from ..workflows.tune_batch import (DEFAULT_BUDGET_S, DEFAULT_MAX_BATCH, BatchSizeStore, StoreError, device_name,
-                                        tune_models)
+    from ..workflows.tune_batch import (
+        DEFAULT_BUDGET_S,
+        DEFAULT_MAX_BATCH,
+        BatchSizeStore,
+        StoreError,
+        device_name,
+        tune_models,
+    )
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -84,7 +91,8 @@ def tune_batch_command(**kw: object) -> None:
         for doubt in s.doubts:
             term.warning(f"{s.model}: {doubt}; rerun with more --repeat on a quieter machine before relying on it")
         if s.choice is None:
-            term.warning(f"{s.model}: no batch size ran ({s.points[0].status}: {s.points[0].error or 'no detail'}); nothing stored")
+            first = s.points[0]
+            term.warning(f"{s.model}: no batch size ran ({first.status}: {first.error or 'no detail'}); nothing stored")
     if store is not None and any(s.choice for s in searches):
         term.info(f"batch sizes stored in {store.path}")
     if not any(s.choice for s in searches):

@@ -32,9 +32,10 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..config import ConfigError, RunConfig
 
@@ -74,12 +75,12 @@ def _is_number(value: Any) -> bool:
 
 def _expect(doc: Mapping[str, Any], key: str, check: Any, accepted: str, where: str) -> None:
     if key in doc and not check(doc[key]):
-        raise SchemaError(f"{where}: field {key!r} is {type(doc[key]).__name__} {_short(doc[key])}; accepted: {accepted}")
+        raise SchemaError(f"{where}: field {key!r} is {_what(doc[key])}; accepted: {accepted}")
 
 
-def _short(value: Any) -> str:
+def _what(value: Any) -> str:  # type and shortened value for an error line: ``str 'fast'``
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
@@ -97,13 +98,13 @@ def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
             if value is not None and not (isinstance(value, list) and all(v is None or _is_number(v) for v in value)):
                 raise SchemaError(f"{where}: metrics.{name} is not a list of numbers")
         elif value is not None and not _is_number(value):
-            raise SchemaError(f"{where}: metrics.{name} is {type(value).__name__} {_short(value)}; accepted: a number or null")
+            raise SchemaError(f"{where}: metrics.{name} is {_what(value)}; accepted: a number or null")
 
 
 def _check_run(doc: Any, where: str) -> None:
     """Types of a run record's fields (see docs/results-schema.md); SchemaError names the field."""
     if not isinstance(doc, Mapping):
-        raise SchemaError(f"{where} is {type(doc).__name__} {_short(doc)}; accepted: an object")
+        raise SchemaError(f"{where} is {_what(doc)}; accepted: an object")
     is_str = lambda v: isinstance(v, str)  # noqa: E731
     opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
     opt_int = lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))  # noqa: E731
@@ -201,7 +202,7 @@ class RunRecord:
         return doc
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], *, where: str = "run record") -> "RunRecord":
+    def from_dict(cls, doc: Mapping[str, Any], *, where: str = "run record") -> RunRecord:
         _check_run(doc, where)
         missing = [k for k in ("model", "mode", "device", "status") if k not in doc]
         if missing:
@@ -296,7 +297,7 @@ class ResultsFile:
             raise
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "ResultsFile":
+    def from_dict(cls, doc: Mapping[str, Any]) -> ResultsFile:
         doc = migrate(doc)
         if not isinstance(doc.get("runs"), list):
             raise SchemaError("results document lacks a 'runs' list")
@@ -365,9 +366,8 @@ def migrate(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(version, int):
         raise SchemaError("results document lacks an integer 'schema_version'")
     if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"results schema_version {version} is newer than this torchgauge supports ({SCHEMA_VERSION}); upgrade torchgauge"
-        )
+        raise SchemaError(f"results schema_version {version} is newer than this torchgauge supports "
+                          f"({SCHEMA_VERSION}); upgrade torchgauge")
     doc = dict(doc)
     while doc["schema_version"] < SCHEMA_VERSION:
         step = _MIGRATIONS.get(doc["schema_version"])

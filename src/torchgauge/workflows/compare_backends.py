@@ -11,9 +11,10 @@ go to their own results file, rewritten after each of its runs. The comparison i
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import ConfigError, RunConfig, RunOptions, backend_options, check_names, plan
 from ..results.schema import ResultsFile, RunRecord

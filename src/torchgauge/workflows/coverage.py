@@ -4,12 +4,13 @@ in isolated workers, and fold the records into per-model coverage sets."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from ..stats.coverage_sets import ModelCoverage, summarize_coverage
 from ..config import RunConfig, plan
 from ..results.schema import RunRecord
+from ..stats.coverage_sets import ModelCoverage, summarize_coverage
 
 __all__ = ["CoverageRun", "coverage_configs", "entries_from_records", "run_coverage"]
 
@@ -37,7 +38,8 @@ class CoverageRun:
         }
 
 
-def coverage_configs(models: Sequence[str], modes: Sequence[str], size: str = "smoke", device: str = "cpu") -> list[RunConfig]:
+def coverage_configs(models: Sequence[str], modes: Sequence[str], size: str = "smoke",
+                     device: str = "cpu") -> list[RunConfig]:
     """One config per (model, mode): no warm-up, no timing, only the coverage pass."""
     return plan(models, modes=modes, device=device, size=size, warmup=0, repeat=1, metrics=("coverage",))
 

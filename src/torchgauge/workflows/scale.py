@@ -10,11 +10,11 @@ architecture override (like ``run --model-arg``).
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..config import RunConfig, plan
 from ..results.schema import RunRecord
@@ -133,7 +133,8 @@ class ScalingCurve:
         }
 
 
-def fit_curves(measured: Iterable[tuple[dict[str, Any], str, dict[str, float]]], axes: Sequence[Axis]) -> list[ScalingCurve]:
+def fit_curves(measured: Iterable[tuple[dict[str, Any], str, dict[str, float]]],
+               axes: Sequence[Axis]) -> list[ScalingCurve]:
     """Fit every (parameter, fixed others, mode, metric) slice of ``(point, mode, costs)`` triples."""
     measured = list(measured)
     curves: list[ScalingCurve] = []

@@ -7,9 +7,10 @@ module printer callbacks; nothing here writes to the terminal.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import RunConfig
 from ..results.schema import ResultsFile, RunRecord

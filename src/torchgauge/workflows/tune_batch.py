@@ -26,9 +26,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..config import RunConfig, plan
 from ..results.schema import RunRecord
@@ -201,7 +202,7 @@ def search_batch_size(
     warmup: int = 3,
     size: str = "full",
     within: float = DEFAULT_WITHIN,
-    runner_options: RunnerOptions = RunnerOptions(),
+    runner_options: RunnerOptions | None = None,
     on_point: Callable[[BatchPoint], None] | None = None,
 ) -> BatchSearch:
     """Search the inference batch size of ``model`` on ``device`` with the highest throughput.
@@ -215,7 +216,7 @@ def search_batch_size(
         repeat, warmup: timed and untimed iterations per size.
         size: ``full`` or ``smoke``.
         within: accept a smaller size within this fraction of the best throughput.
-        runner_options: worker options (timeout, memory limit, model files).
+        runner_options: worker options (timeout, memory limit, model files); None: the defaults.
         on_point: called with each measured size as soon as it is known.
 
     Returns:
@@ -223,6 +224,7 @@ def search_batch_size(
     """
     from ..registry import get_spec
 
+    runner_options = runner_options if runner_options is not None else RunnerOptions()
     spec = get_spec(model)
     # each size below is this eval config at that batch size
     (eval_config,) = plan([model], modes=("eval",), device=device, size=size, repeat=repeat, warmup=warmup,
@@ -260,7 +262,7 @@ def search_batch_size(
     return search
 
 
-def tune_models(models: Iterable[str], device: str, store: "BatchSizeStore | None", *,
+def tune_models(models: Iterable[str], device: str, store: BatchSizeStore | None, *,
                 on_point: Callable[[str, BatchPoint], None] | None = None, **search: Any) -> list[BatchSearch]:
     """:func:`search_batch_size` for each model in turn (``search`` are its other keyword
     arguments; ``on_point(model, point)``); each choice goes into ``store``, saved after
@@ -304,8 +306,10 @@ class BatchSizeStore:
             raise StoreError(f"{self.path} has store schema_version {version!r}; this torchgauge reads {STORE_VERSION}")
         for device, sizes in doc["devices"].items():
             entries = sizes.values() if isinstance(sizes, dict) else [None]
-            if not all(isinstance(models, dict) and all(isinstance(e, dict) for e in models.values()) for models in entries):
-                raise StoreError(f"{self.path}: the entries of device {device!r} are not objects of size -> model -> entry")
+            if not all(isinstance(models, dict) and all(isinstance(e, dict) for e in models.values())
+                       for models in entries):
+                raise StoreError(f"{self.path}: the entries of device {device!r} are not objects of "
+                                 "size -> model -> entry")
         self.devices = doc["devices"]
 
     def get(self, model: str, device_name: str, size: str) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from torchgauge.config import RunOptions
 from torchgauge.harness import instructions as ins
 from torchgauge.registry import load_model_file
 from torchgauge.results.schema import RunConfig
@@ -70,9 +71,10 @@ def test_non_cpu_device_and_bad_steps_are_refused() -> None:
         ins.count_instructions(RunConfig(model="counting_matmul", device="cuda"), (1,))
     with pytest.raises(ValueError, match="steps must be"):
         ins.count_instructions(RunConfig(model="counting_matmul"), (0,))
-    assert ins.instruction_steps({}) == ins.DEFAULT_INSTRUCTION_STEPS
-    with pytest.raises(ValueError, match="instruction_steps must be an integer >= 1"):
-        ins.instruction_steps({"instruction_steps": 0})
+    assert ins.instruction_steps(RunOptions()) == ins.DEFAULT_INSTRUCTION_STEPS
+    assert ins.instruction_steps(RunOptions(instruction_steps=2)) == 2
+    with pytest.raises(ValueError, match="invalid instruction_steps 0; accepted: an integer >= 1"):
+        RunOptions.from_dict({"instruction_steps": 0})
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from torchgauge.config import RunOptions
 from torchgauge.harness.leak import DEFAULT_LEAK_ITERATIONS, leak_iterations, sample_memory
 from torchgauge.registry import get_spec, load_model_file
 from torchgauge.results.schema import RunConfig
@@ -44,11 +45,11 @@ def test_clean_workload_is_not_flagged() -> None:
 
 
 def test_iterations_option_is_validated() -> None:
-    assert leak_iterations({}) == DEFAULT_LEAK_ITERATIONS
-    assert leak_iterations({"leak_iterations": 20}) == 20
+    assert leak_iterations(RunOptions()) == DEFAULT_LEAK_ITERATIONS
+    assert leak_iterations(RunOptions(leak_iterations=20)) == 20
     for bad in (min_samples() - 1, "50", 12.5, True):
-        with pytest.raises(ValueError, match=f"leak_iterations must be an integer >= {min_samples()}"):
-            leak_iterations({"leak_iterations": bad})
+        with pytest.raises(ValueError, match=f"invalid leak_iterations .*; accepted: an integer >= {min_samples()}"):
+            RunOptions.from_dict({"leak_iterations": bad})
 
 
 def test_sample_memory_one_sample_per_iteration() -> None:

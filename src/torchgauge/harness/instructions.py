@@ -49,7 +49,7 @@ from ..stats.deterministic import INSTRUCTIONS_THRESHOLD
 from .metrics import Quantity, register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..results.schema import RunConfig
+    from ..config import RunConfig, RunOptions
     from ..workload import Workload
 
 __all__ = [
@@ -85,12 +85,9 @@ def find_valgrind() -> str:
     return path
 
 
-def instruction_steps(options: dict[str, Any]) -> int:
-    """Counted steps from ``options["instruction_steps"]``, validated."""
-    value = options.get("instruction_steps", DEFAULT_INSTRUCTION_STEPS)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"instruction_steps must be an integer >= 1, got {value!r}")
-    return value
+def instruction_steps(options: RunOptions) -> int:
+    """Counted steps: ``options.instruction_steps`` (RunOptions checked it) or the default."""
+    return options.instruction_steps or DEFAULT_INSTRUCTION_STEPS
 
 
 def parse_callgrind_total(text: str) -> int:
@@ -255,7 +252,7 @@ def _instrumentation_on(control: str) -> None:
                                       title="CPU instructions per step")])
 def collect_instructions(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """Count ``instruction_steps`` steps of a fresh copy of this run under callgrind."""
-    n = config.options.instruction_steps or DEFAULT_INSTRUCTION_STEPS  # validated by RunOptions
+    n = instruction_steps(config.options)
     (total,) = count_instructions(config, (n,))
     record = {"per_step": round(total / n), "steps": n, "total": total, "tool": "callgrind", "threads": 1}
     return {"instructions": record}

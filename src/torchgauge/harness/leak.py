@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..stats.leak import CPU_TOLERANCE_MB_PER_ITER, GPU_TOLERANCE_MB_PER_ITER, detect_leak, min_samples
+from ..stats.leak import CPU_TOLERANCE_MB_PER_ITER, GPU_TOLERANCE_MB_PER_ITER, detect_leak
 from .memory import current_rss_mb
 from .metrics import Quantity, register_metric
 from .timer import device_sync
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..results.schema import RunConfig
+    from ..config import RunConfig, RunOptions
     from ..workload import Workload
 
 __all__ = ["DEFAULT_LEAK_ITERATIONS", "MemorySeries", "leak_iterations", "sample_memory"]
@@ -39,13 +39,9 @@ class MemorySeries:
     gpu_mb: tuple[float, ...] | None  # CUDA allocated bytes / 2**20; None off CUDA
 
 
-def leak_iterations(options: dict[str, Any]) -> int:
-    """N from ``options["leak_iterations"]``, validated (one-line error naming the range)."""
-    value = options.get("leak_iterations", DEFAULT_LEAK_ITERATIONS)
-    lowest = min_samples()
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise ValueError(f"leak_iterations must be an integer >= {lowest}, got {value!r}")
-    return value
+def leak_iterations(options: RunOptions) -> int:
+    """N: ``options.leak_iterations`` (RunOptions checked its range) or the default."""
+    return options.leak_iterations or DEFAULT_LEAK_ITERATIONS
 
 
 def sample_memory(step: Callable[[], Any], iterations: int, device: Any) -> MemorySeries:
@@ -72,7 +68,7 @@ def sample_memory(step: Callable[[], Any], iterations: int, device: Any) -> Memo
     Quantity("leak", ("leak", "cpu_growth_mb_per_iter"), "MiB/iter", rule="flag", title="CPU memory growth")])
 def collect_leak(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """N extra steps; leaking when CPU or GPU memory grows beyond tolerance, persistently."""
-    n = config.options.leak_iterations or DEFAULT_LEAK_ITERATIONS  # validated by RunOptions
+    n = leak_iterations(config.options)
     series = sample_memory(workload.step, n, workload.device)
     cpu = detect_leak(series.cpu_mb, tolerance=CPU_TOLERANCE_MB_PER_ITER)
     gpu = detect_leak(series.gpu_mb, tolerance=GPU_TOLERANCE_MB_PER_ITER) if series.gpu_mb is not None else None

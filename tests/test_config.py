@@ -125,6 +125,9 @@ def test_rounds_repeat_the_whole_plan_round_major() -> None:
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(modes=("infer",)), "invalid mode 'infer'; accepted: train, eval"),
     (dict(modes=()), "no mode given; accepted: train, eval"),
+    (dict(size="tiny"), "invalid size 'tiny'; accepted: full, smoke"),
+    (dict(repeat=0), "invalid repeat 0; accepted: an integer >= 1"),
+    (dict(warmup=-1), "invalid warmup -1; accepted: an integer >= 0"),
     (dict(mode="eval"), "mode is planned from the models, modes and batch_size arguments"),
     (dict(rounds=0), "invalid rounds 0; accepted: an integer >= 1"),
     (dict(batch_size=0), "invalid batch size 0; accepted: an integer >= 1 or 'auto'"),

@@ -326,7 +326,7 @@ def plan(
             keep the model's default; models without a stored size are named to ``on_note``.
 
     Raises:
-        ConfigError: a bad mode, rounds, batch size or vary axis. SelectionError: a
+        ConfigError: a bad mode, size, repeat, warmup, rounds, batch size or vary axis. SelectionError: a
         pattern matches nothing. StoreError: the batch store cannot be read (``auto``).
     """
     planned = [k for k in settings if k in _PLANNED_ELSEWHERE or k == "batch_size"]
@@ -342,10 +342,7 @@ def plan(
         raise ConfigError("rounds", f"invalid rounds {rounds!r}; accepted: an integer >= 1")
     if batch_size not in (None, "auto") and (not _is_int(batch_size) or batch_size < 1):
         raise ConfigError("batch_size", f"invalid batch size {batch_size!r}; accepted: an integer >= 1 or 'auto'")
-    adaptive = base.options.adaptive
-    if adaptive is not None and adaptive.max_repeat < base.repeat:
-        raise ConfigError("max_repeat", f"adaptive repeats {base.repeat}..{adaptive.max_repeat}; accepted: "
-                                        "repeat <= max_repeat")
+    _check_base(base)
     axes = _axes(vary or {})
     if batch_size == "auto" and any("batch_size" in names for names, _ in axes):
         raise ConfigError("batch_size", "batch size 'auto' and a batch_size axis; accepted: one of the two")
@@ -364,6 +361,20 @@ def plan(
     if batch_size == "auto":
         one_round = _tuned_batch_sizes(one_round, batch_store, on_note)
     return [c for _ in range(rounds) for c in one_round]
+
+
+def _check_base(base: RunConfig) -> None:
+    """ConfigError unless the settings every planned run shares are in range."""
+    if base.size not in SIZES:
+        raise ConfigError("size", f"invalid size {base.size!r}; accepted: {', '.join(SIZES)}")
+    if not _is_int(base.repeat) or base.repeat < 1:
+        raise ConfigError("repeat", f"invalid repeat {base.repeat!r}; accepted: an integer >= 1")
+    if not _is_int(base.warmup) or base.warmup < 0:
+        raise ConfigError("warmup", f"invalid warmup {base.warmup!r}; accepted: an integer >= 0")
+    adaptive = base.options.adaptive
+    if adaptive is not None and adaptive.max_repeat < base.repeat:
+        raise ConfigError("max_repeat", f"adaptive repeats {base.repeat}..{adaptive.max_repeat}; accepted: "
+                                        "repeat <= max_repeat")
 
 
 def _tuned_batch_sizes(configs: list[RunConfig], store_path: Any, on_note: Callable[[str], None] | None) -> list:

@@ -53,6 +53,7 @@ def spec_entry(spec: "ModelSpec") -> dict[str, Any]:
         "source": spec.source,
         "train_batch_size": spec.train_batch_size,
         "eval_batch_size": spec.eval_batch_size,
+        "cpu_batch_size": list(spec.cpu_batch_size) if spec.cpu_batch_size else None,
         "modes": list(spec.modes),
         "devices": list(spec.devices),
         "tags": sorted(spec.tags),

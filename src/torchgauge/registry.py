@@ -231,7 +231,9 @@ def _ensure_builtins() -> None:
                 continue
             _specs[entry["name"]] = ModelSpec(
                 builder=None,
-                **{k: v for k, v in entry.items() if k not in ("modes", "devices", "tags", "unsupported_precisions", "preload")},
+                **{k: v for k, v in entry.items()
+                   if k not in ("cpu_batch_size", "modes", "devices", "tags", "unsupported_precisions", "preload")},
+                cpu_batch_size=tuple(entry["cpu_batch_size"]) if entry.get("cpu_batch_size") else None,
                 modes=tuple(entry["modes"]),
                 devices=tuple(entry["devices"]),
                 tags=frozenset(entry["tags"]),

@@ -9,7 +9,9 @@ TorchBench's ``TimmModel`` (``torchbenchmark/util/framework/timm/model_factory.p
 momentum=0.9``: ``torch.optim.SGD`` with Nesterov momentum, and no weight decay on biases,
 1-d parameters (norm affines) or the names the model lists in ``no_weight_decay()`` (a
 ViT's position embedding and class token). Eval is one forward. Written from that
-description; no code copied.
+description; no code copied. One difference: TorchBench draws the B class indices inside
+every training step; here they are drawn once, with the images, so the loss is reproducible
+(the per-step draw is one B-element kernel).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import fnmatch
 
 import torch
 from torch import nn
-
 from torch.nn import functional as F
 
 from torchgauge.workload import BuildContext, Workload

@@ -12,6 +12,7 @@ width 1408, 40 blocks, 16 heads, MLP ratio 48/11), both run through TorchBench's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -104,20 +105,18 @@ class VisionTransformer(nn.Module):
         return self.head(x[:, 0])  # class token -> (B, num_classes)
 
 
-def _create_vit(ctx: BuildContext, cfg: ViTConfig, **kwargs) -> Workload:
+def _create_vit(
+    ctx: BuildContext, cfg: ViTConfig, *, workload: Callable[..., Workload] = image_classification, **kwargs
+) -> Workload:
     # Smoke: 32 px (2x2 patches) and two blocks of the same width; the full depth holds
     # 85M (B) / 302M (L) weights whose init and optimizer steps alone take seconds on a CPU.
+    # ``workload``: our image_classification step, or TorchBench's timm step for timm_*.
     cfg = replace(cfg, **{"image_size": ctx.pick(cfg.image_size, 32), "depth": ctx.pick(cfg.depth, 2), **kwargs})
-    return image_classification(ctx, VisionTransformer(cfg), image_size=cfg.image_size, num_classes=cfg.num_classes)
+    return workload(ctx, VisionTransformer(cfg), image_size=cfg.image_size, num_classes=cfg.num_classes)
 
 
 VIT_SMALL_PATCH16 = ViTConfig(embed_dim=384, depth=12, num_heads=6)  # timm vit_small_patch16_224
 VIT_GIANT_PATCH14 = ViTConfig(patch_size=14, embed_dim=1408, depth=40, num_heads=16, mlp_ratio=48 / 11)  # timm vit_giant_patch14_224
-
-
-def _create_timm_vit(ctx: BuildContext, cfg: ViTConfig, **kwargs) -> Workload:
-    cfg = replace(cfg, **{"image_size": ctx.pick(cfg.image_size, 32), "depth": ctx.pick(cfg.depth, 2), **kwargs})
-    return timm_classification(ctx, VisionTransformer(cfg), image_size=cfg.image_size, num_classes=cfg.num_classes)
 
 
 _SOURCE = "Dosovitskiy et al., An Image is Worth 16x16 Words, 2021; timm vision_transformer"
@@ -145,7 +144,7 @@ def vit_l_16(ctx: BuildContext, **kwargs) -> Workload:
 )  # fmt: skip
 def timm_vision_transformer(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_vision_transformer: ViT-S/16 (timm vit_small_patch16_224) at 224x224, timm's SGD step."""
-    return _create_timm_vit(ctx, VIT_SMALL_PATCH16, **kwargs)
+    return _create_vit(ctx, VIT_SMALL_PATCH16, workload=timm_classification, **kwargs)
 
 
 @register_model(
@@ -162,4 +161,4 @@ def timm_vision_transformer_large(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_vision_transformer_large: ViT-g/14 (timm vit_giant_patch14_224), timm's SGD step."""
     # Smoke: two blocks at an eighth of the width (176, 16 heads of 11) so the weights stay small.
     smoke = {"embed_dim": VIT_GIANT_PATCH14.embed_dim // 8}
-    return _create_timm_vit(ctx, VIT_GIANT_PATCH14, **{**ctx.pick({}, smoke), **kwargs})
+    return _create_vit(ctx, VIT_GIANT_PATCH14, workload=timm_classification, **{**ctx.pick({}, smoke), **kwargs})

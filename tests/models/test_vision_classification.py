@@ -65,8 +65,12 @@ def test_scaled_std_conv_weight_is_standardised() -> None:
         conv.gain[1] = 2.0
     w = conv.standardized_weight().flatten(1)  # (out, fan_in = 36)
     assert torch.allclose(w.mean(1), torch.zeros(3), atol=1e-6)
-    # Zero mean and variance 1/fan_in: each row has unit L2 norm, times its gain.
-    assert torch.allclose(w.norm(dim=1), torch.tensor([1.0, 2.0, 1.0]), atol=1e-5)
+    # Zero mean and variance var / (var + eps) / fan_in (timm's eps 1e-5 in the denominator):
+    # each row's L2 norm is sqrt(var / (var + eps)), just under 1, times its gain.
+    var = conv.weight.detach().flatten(1).var(dim=1, correction=0)
+    expected = torch.tensor([1.0, 2.0, 1.0]) * torch.sqrt(var / (var + 1e-5))
+    assert torch.allclose(w.norm(dim=1), expected, atol=1e-6)
+    assert (expected < torch.tensor([1.0, 2.0, 1.0])).all() and torch.allclose(expected, torch.tensor([1.0, 2.0, 1.0]), atol=1e-3)
 
 
 def test_nfnet_beta_follows_expected_variance() -> None:

@@ -24,6 +24,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 from ..common.conv_blocks import ConvNormAct, InvertedResidual, SqueezeExcite, init_conv_weights, make_divisible
+from .timm_step import timm_classification
 from .torchvision_step import torchvision_classification
 
 __all__ = ["MBlock", "MobileNet", "MobileNetConfig", "mobilenet_v2_config"]
@@ -195,9 +196,18 @@ def mobilenet_v3_large(ctx: BuildContext, **kwargs) -> Workload:
 
 
 @register_model(
-    domain="vision", task="classification", source=_SOURCE_EFF, batch_size=(32, 64), param_count=5_288_548,
-    torchbench_name="timm_efficientnet",
+    domain="vision", task="classification", source=_SOURCE_EFF, batch_size=(32, 64), param_count=5_288_548
 )  # fmt: skip
 def efficientnet_b0(ctx: BuildContext, **kwargs) -> Workload:
     """EfficientNet-B0 at 224x224."""
     return _create_mobilenet(ctx, _efficientnet_b0_config(), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source=_SOURCE_EFF + " via TorchBench's timm harness",
+    batch_size=(32, 64), param_count=5_288_548,
+)  # fmt: skip
+def timm_efficientnet(ctx: BuildContext, **kwargs) -> Workload:
+    """TorchBench's timm_efficientnet: EfficientNet-B0 (timm efficientnet_b0, no classifier dropout), timm's SGD step."""
+    cfg = replace(_efficientnet_b0_config(), **{"dropout": 0.0, **kwargs})  # TorchBench passes drop_rate=0.0
+    return timm_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 64), num_classes=cfg.num_classes)

@@ -21,6 +21,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, SqueezeExcite
+from .timm_step import timm_classification
 
 __all__ = ["NFNet", "NFNetConfig", "ScaledStdConv2d"]
 
@@ -51,12 +52,12 @@ class ScaledStdConv2d(nn.Conv2d):
     """
 
     def __init__(
-        self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1, eps: float = 1e-8
+        self, in_ch: int, out_ch: int, kernel_size: int, stride: int = 1, groups: int = 1, eps: float = 1e-5
     ) -> None:
         padding = (kernel_size - 1) // 2 if stride == 1 else 0  # strided convs pad in forward
         super().__init__(in_ch, out_ch, kernel_size, stride, padding, groups=groups)
         self.gain = nn.Parameter(torch.ones(out_ch, 1, 1, 1))
-        self.eps = eps
+        self.eps = eps  # 1e-5: timm NfCfg.std_conv_eps, which dm_nfnet_f0 uses
 
     def standardized_weight(self) -> torch.Tensor:
         fan_in = self.weight[0].numel()
@@ -156,19 +157,34 @@ class NFNet(nn.Module):
         return self.head(self.final_act(self.final_conv(self.stages(self.stem(x)))))
 
 
-def _create_nfnet(ctx: BuildContext, cfg: NFNetConfig, **kwargs) -> Workload:
+def _nfnet_config(ctx: BuildContext, cfg: NFNetConfig, **kwargs) -> NFNetConfig:
     if ctx.smoke:  # same blocks at a quarter of the width: 71M standardised weights take seconds per CPU step
         narrow = {"channels": tuple(c // 4 for c in cfg.channels), "stem_ch": cfg.stem_ch // 4}
         cfg = replace(cfg, group_size=cfg.group_size // 4, **narrow)
-    cfg = replace(cfg, **kwargs)
+    return replace(cfg, **kwargs)
+
+
+def _create_nfnet(ctx: BuildContext, cfg: NFNetConfig, **kwargs) -> Workload:
+    cfg = _nfnet_config(ctx, cfg, **kwargs)
     image_size = ctx.pick(192 if ctx.train else 256, 32)  # timm's train / test resolutions
     return image_classification(ctx, NFNet(cfg), image_size=image_size, num_classes=cfg.num_classes)
 
 
 @register_model(
     domain="vision", task="classification", source="Brock et al., NFNets, 2021; timm dm_nfnet_f0",
-    batch_size=(128, 128), param_count=71_489_284, torchbench_name="timm_nfnet",
+    batch_size=(128, 128), param_count=71_489_284,
 )  # fmt: skip
 def dm_nfnet_f0(ctx: BuildContext, **kwargs) -> Workload:
     """NFNet-F0 (DeepMind weights layout), train 192 px / eval 256 px."""
     return _create_nfnet(ctx, NFNetConfig(), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source="Brock et al., NFNets, 2021; timm dm_nfnet_f0 via TorchBench's timm harness",
+    batch_size=(128, 128), param_count=71_489_284,
+)  # fmt: skip
+def timm_nfnet(ctx: BuildContext, **kwargs) -> Workload:
+    """TorchBench's timm_nfnet: NFNet-F0 (timm dm_nfnet_f0, no classifier dropout) at 192 px in both modes, timm's SGD step."""
+    # TorchBench feeds default_cfg["input_size"] (the 192 px train resolution) to eval as well.
+    cfg = _nfnet_config(ctx, NFNetConfig(), **{"dropout": 0.0, **kwargs})  # TorchBench passes drop_rate=0.0
+    return timm_classification(ctx, NFNet(cfg), image_size=ctx.pick(192, 32), num_classes=cfg.num_classes)

@@ -1,9 +1,10 @@
 """RegNetY: Radosavovic et al., "Designing Network Design Spaces", 2020.
 
 Follows timm's ``regnet.py`` (Apache-2.0; after the authors' pycls, MIT) for ``regnety_016``
-(RegNetY-1.6GF): stage widths come from the quantised linear rule ``w_j = w0 + wa * j``
-snapped to powers of ``wm``; every block is a grouped bottleneck with squeeze-excite (the
-"Y"), every stage strides by 2. Same architecture as torchvision's ``regnet_y_1_6gf``.
+(RegNetY-1.6GF) and ``regnety_120`` (RegNetY-12GF, TorchBench's ``timm_regnet``): stage widths
+come from the quantised linear rule ``w_j = w0 + wa * j`` snapped to powers of ``wm``; every
+block is a grouped bottleneck with squeeze-excite (the "Y"), every stage strides by 2.
+RegNetY-1.6GF is the same architecture as torchvision's ``regnet_y_1_6gf``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, ConvNormAct, SqueezeExcite, init_conv_weights
+from .timm_step import timm_classification
 
 __all__ = ["RegNet", "RegNetConfig", "regnet_stages"]
 
@@ -91,15 +93,33 @@ class RegNet(nn.Module):
         return self.head(self.stages(self.stem(x)))
 
 
+REGNETY_016 = RegNetConfig(depth=27, w0=48, wa=20.71, wm=2.65, group_size=24)
+REGNETY_120 = RegNetConfig(depth=19, w0=168, wa=73.36, wm=2.37, group_size=112)  # timm's model_cfgs["regnety_120"]
+
+
 def _create_regnet(ctx: BuildContext, cfg: RegNetConfig, **kwargs) -> Workload:
     cfg = replace(cfg, **kwargs)
     return image_classification(ctx, RegNet(cfg), image_size=ctx.pick(224, 32), num_classes=cfg.num_classes)
 
 
+_SOURCE = "Radosavovic et al., RegNet, 2020; timm "
+
+
 @register_model(
-    domain="vision", task="classification", source="Radosavovic et al., RegNet, 2020; timm regnety_016",
-    batch_size=(32, 32), param_count=11_202_430, torchbench_name="timm_regnet",
+    domain="vision", task="classification", source=_SOURCE + "regnety_016", batch_size=(32, 32), param_count=11_202_430
 )  # fmt: skip
 def regnety_016(ctx: BuildContext, **kwargs) -> Workload:
     """RegNetY-1.6GF at 224x224."""
-    return _create_regnet(ctx, RegNetConfig(depth=27, w0=48, wa=20.71, wm=2.65, group_size=24), **kwargs)
+    return _create_regnet(ctx, REGNETY_016, **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source=_SOURCE + "regnety_120 via TorchBench's timm harness",
+    batch_size=(32, 32), param_count=51_822_544,
+)  # fmt: skip
+def timm_regnet(ctx: BuildContext, **kwargs) -> Workload:
+    """TorchBench's timm_regnet: RegNetY-12GF (timm regnety_120) at 224x224, timm's SGD step."""
+    # Smoke: the same stage depths (2, 5, 11, 1) at a quarter of the width and 32 px (3.5M weights).
+    smoke = replace(REGNETY_120, w0=REGNETY_120.w0 // 4, wa=REGNETY_120.wa / 4, group_size=REGNETY_120.group_size // 4)
+    cfg = replace(ctx.pick(REGNETY_120, smoke), **kwargs)
+    return timm_classification(ctx, RegNet(cfg), image_size=ctx.pick(224, 32), num_classes=cfg.num_classes)

@@ -19,6 +19,7 @@ from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import make_divisible
 from ..common.resnet import Bottleneck, ResNet
+from .timm_step import timm_classification
 
 __all__ = ["ResNestBottleneck", "SplitAttention"]
 
@@ -73,15 +74,31 @@ class ResNestBottleneck(Bottleneck):
         self.act2 = nn.Identity()
 
 
+def _resnest(layers: tuple[int, ...], **kwargs) -> ResNet:
+    return ResNet(ResNestBottleneck, layers, **{"stem_width": 32, "avg_down": True, **kwargs})
+
+
 def _create_resnest(ctx: BuildContext, layers: tuple[int, ...], **kwargs) -> Workload:
-    model = ResNet(ResNestBottleneck, layers, **{"stem_width": 32, "avg_down": True, **kwargs})
+    model = _resnest(layers, **kwargs)
     return image_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)
 
 
+_SOURCE = "Zhang et al., ResNeSt, 2020; timm resnest14d"
+
+
 @register_model(
-    domain="vision", task="classification", source="Zhang et al., ResNeSt, 2020; timm resnest14d",
-    batch_size=(32, 32), param_count=10_611_688, torchbench_name="timm_resnest",
+    domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=10_611_688
 )  # fmt: skip
 def resnest14d(ctx: BuildContext, **kwargs) -> Workload:
     """ResNeSt-14d (one block per stage, radix 2) at 224x224."""
     return _create_resnest(ctx, (1, 1, 1, 1), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source=_SOURCE + " via TorchBench's timm harness",
+    batch_size=(32, 32), param_count=10_611_688,
+)  # fmt: skip
+def timm_resnest(ctx: BuildContext, **kwargs) -> Workload:
+    """TorchBench's timm_resnest: ResNeSt-14d (timm resnest14d) at 224x224, timm's SGD step."""
+    model = _resnest((1, 1, 1, 1), **kwargs)
+    return timm_classification(ctx, model, image_size=ctx.pick(224, 32), num_classes=model.head.fc.out_features)

@@ -17,6 +17,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
+from .timm_step import timm_classification
 
 __all__ = ["OSABlock", "VoVNet", "VoVNetConfig"]
 
@@ -76,10 +77,25 @@ def _create_vovnet(ctx: BuildContext, cfg: VoVNetConfig, **kwargs) -> Workload:
     return image_classification(ctx, VoVNet(cfg), image_size=ctx.pick(224, 32), num_classes=cfg.num_classes)
 
 
+_SOURCE = "Lee et al., VoVNet, 2019; timm vovnet39a"
+
+
 @register_model(
-    domain="vision", task="classification", source="Lee et al., VoVNet, 2019; timm vovnet39a",
-    batch_size=(32, 32), param_count=22_600_296, torchbench_name="timm_vovnet",
+    domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=22_600_296
 )  # fmt: skip
 def vovnet39(ctx: BuildContext, **kwargs) -> Workload:
     """VoVNet-39 (timm vovnet39a) at 224x224."""
     return _create_vovnet(ctx, VoVNetConfig(), **kwargs)
+
+
+@register_model(
+    domain="vision", task="classification", source=_SOURCE + " via TorchBench's timm harness",
+    batch_size=(32, 32), param_count=22_600_296,
+)  # fmt: skip
+def timm_vovnet(ctx: BuildContext, **kwargs) -> Workload:
+    """TorchBench's timm_vovnet: VoVNet-39 (timm vovnet39a) at 224x224, timm's SGD step."""
+    full = VoVNetConfig()
+    # Smoke: the same stages and OSA blocks at a quarter of the width (1.6M weights instead of 22.6M).
+    smoke = replace(full, **{f: tuple(c // 4 for c in getattr(full, f)) for f in ("stem_ch", "conv_ch", "out_ch")})
+    cfg = replace(ctx.pick(full, smoke), **kwargs)
+    return timm_classification(ctx, VoVNet(cfg), image_size=ctx.pick(224, 32), num_classes=cfg.num_classes)

@@ -17,17 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig, plan
+from ..harness.metrics import quantity
 from ..results.schema import RunRecord
 from ..stats.power_law import MIN_POINTS, PowerLawFit, fit_power_law
 
-__all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "Axis", "ScalingCurve", "Sweep", "parse_vary", "plan_sweep", "point_of",
+__all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "SWEPT_QUANTITIES", "Axis", "ScalingCurve", "Sweep", "parse_vary", "plan_sweep", "point_of",
            "point_costs", "fit_curves", "run_sweep"]
 
 # Parameters that belong to the run rather than to the model's architecture.
 RUN_PARAMETERS = ("batch_size",)
 # Cost name -> unit, in report order. ``throughput`` is samples per second.
-SWEEP_METRICS = {"time_ms": "ms", "throughput": "samples/s", "cpu_peak_mb": "MiB", "gpu_peak_mb": "MiB",
-                 "flops": "FLOP/iter"}
+# The registry's quantities a sweep fits, keyed in the sweep by their record key (the names its
+# reports have always used); ``throughput`` (samples/s) is derived from the time and the batch.
+SWEPT_QUANTITIES = ("time", "cpu_peak_mb", "gpu_peak_mb", "flops")
+
+
+def sweep_metrics() -> dict[str, str]:
+    """Cost name -> unit, in report order: the time, throughput, then the other swept quantities."""
+    units = {quantity(name).record_key: quantity(name).unit for name in SWEPT_QUANTITIES}
+    time_key = quantity("time").record_key
+    return {time_key: units.pop(time_key), "throughput": "samples/s", **units}
+
+
+SWEEP_METRICS = sweep_metrics()
 
 
 @dataclass(frozen=True)
@@ -92,17 +104,13 @@ def point_costs(record: RunRecord) -> dict[str, float]:
     if not record.ok:
         return {}
     costs: dict[str, float] = {}
-    median = (record.metrics.get("time_ms") or {}).get("median")
-    if median:
-        costs["time_ms"] = median
-        if record.batch_size:
-            costs["throughput"] = record.batch_size / (median / 1000.0)
-    for key in ("cpu_peak_mb", "gpu_peak_mb"):
-        if record.metrics.get(key):
-            costs[key] = record.metrics[key]
-    flops = record.metrics.get("flops")
-    if isinstance(flops, dict) and flops.get("total"):
-        costs["flops"] = float(flops["total"])
+    for name in SWEPT_QUANTITIES:
+        value = quantity(name).value(record.metrics)
+        if value:  # zero or absent: nothing to fit (a CPU run's GPU peak)
+            costs[quantity(name).record_key] = value
+    time_key = quantity("time").record_key
+    if time_key in costs and record.batch_size:
+        costs["throughput"] = record.batch_size / (costs[time_key] / 1000.0)
     return costs
 
 

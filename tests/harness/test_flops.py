@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from torchgauge.harness.flops import achieved_tflops, collect_flops, count_flops, flops_record
+from torchgauge.harness.flop_counter import count_flops
+from torchgauge.harness.flops import achieved_tflops, collect_flops, flops_record
 from torchgauge.harness.peaks import PEAKS, find_device_peak, peak_tflops
 from torchgauge.registry import create, load_model_file
 from torchgauge.results.schema import RunConfig

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from torchgauge.harness import metrics as registry
@@ -59,3 +62,12 @@ def test_duplicate_quantity_or_metric_raises(monkeypatch) -> None:
         registry.register_metric("stopwatch", "again", quantities=[Quantity("time", ("sw",), "ms", rule="exact")])(
             lambda w, c, m: {})
     assert "stopwatch" not in registry.list_metrics()  # nothing half-registered
+
+
+def test_reading_the_registry_does_not_import_torch() -> None:
+    # compare, the store and the CLI read metric facts; judging must not pay torch's import
+    code = ("import sys; import torchgauge.harness, torchgauge.compare.regression, torchgauge.results.store; "
+            "from torchgauge.harness.metrics import quantities; assert quantities(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -25,7 +25,6 @@ import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .metrics import register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..results.schema import RunConfig
@@ -107,21 +106,3 @@ def record_coverage(fn: Callable[[], Any]) -> tuple[dict[str, int], dict[str, in
     with apis, ops:
         fn()
     return apis.calls, ops.calls
-
-
-@register_metric("coverage", "PyTorch APIs (TorchFunctionMode) and ATen ops (TorchDispatchMode) one step reaches")
-def collect_coverage(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
-    """One step under the recorders; the sets go into ``metrics["coverage"]``."""
-    apis, ops = record_coverage(workload.step)
-    universe = api_universe()
-    return {
-        "coverage": {
-            "apis": sorted(apis),
-            "ops": sorted(ops),
-            "modules": module_classes(workload.module),
-            "api_count": len(apis),
-            "api_in_universe": len(universe.intersection(apis)),
-            "op_count": len(ops),
-            "universe_size": len(universe),
-        }
-    }

@@ -18,81 +18,18 @@ the run's precision, on devices the table knows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+from typing import TYPE_CHECKING, Any
 
 from ..stats.deterministic import COUNT_THRESHOLD
 from .metrics import Quantity, register_metric
 from .peaks import peak_tflops
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..results.schema import RunConfig
+    from ..config import RunConfig
     from ..workload import Workload
+    from .flop_counter import FlopCount
 
-__all__ = ["FlopCount", "achieved_tflops", "count_flops", "device_name", "flops_record"]
-
-
-def _packet_name(packet: Any) -> str:
-    """``aten.mm`` (an OpOverloadPacket) -> ``aten::mm``, the name op_counts uses too."""
-    namespace, _, base = str(packet).partition(".")
-    return f"{namespace}::{base}" if base else str(packet)
-
-
-class FlopCount(FlopCounterMode):
-    """A ``FlopCounterMode`` that also splits each counted operator into forward/backward.
-
-    Attributes (after the ``with`` block):
-        forward: FLOPs counted outside backward.
-        backward: FLOPs counted while the autograd engine ran a backward node.
-        by_op: ``{"aten::mm": flops}`` over the whole block.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(display=False)
-        self.forward = 0
-        self.backward = 0
-
-    def __enter__(self) -> "FlopCount":
-        self.forward = self.backward = 0
-        super().__enter__()
-        return self
-
-    def _count_flops(self, func_packet, out, args, kwargs):
-        # Same arithmetic as the parent (its registry), read before and after to split it.
-        before = self.flop_counts["Global"].get(func_packet, 0)
-        result = super()._count_flops(func_packet, out, args, kwargs)
-        added = self.flop_counts["Global"].get(func_packet, 0) - before
-        if added:
-            if torch._C._current_autograd_node() is not None:
-                self.backward += added
-            else:
-                self.forward += added
-        return result
-
-    @property
-    def total(self) -> int:
-        return self.get_total_flops()
-
-    @property
-    def by_op(self) -> dict[str, int]:
-        counts = self.get_flop_counts().get("Global", {})
-        return {_packet_name(p): int(v) for p, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
-
-
-def count_flops(fn: Callable[[], Any]) -> FlopCount:
-    """Run ``fn`` once under :class:`FlopCount` and return the counter.
-
-    Example:
-        >>> lin, x = torch.nn.Linear(8, 4), torch.randn(3, 8)
-        >>> count_flops(lambda: lin(x)).total  # 2 * B * I * O
-        192
-    """
-    counter = FlopCount()
-    with counter:
-        fn()
-    return counter
+__all__ = ["FLOPS_QUANTITIES", "achieved_tflops", "collect_flops", "flops_record"]
 
 
 def achieved_tflops(flops: int, median_ms: float | None) -> float | None:
@@ -105,13 +42,6 @@ def achieved_tflops(flops: int, median_ms: float | None) -> float | None:
     if median_ms is None or not median_ms > 0:
         return None
     return flops / (median_ms / 1e3) / 1e12
-
-
-def device_name(device: torch.device) -> str:
-    """Marketing name of ``device`` for the peak table ("cpu" for CPUs)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return device.type
 
 
 def flops_record(counter: FlopCount, median_ms: float | None, device: str, precision: str) -> dict[str, Any]:
@@ -148,6 +78,8 @@ FLOPS_QUANTITIES = (
                  quantities=FLOPS_QUANTITIES)
 def collect_flops(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
     """One step under the FLOP counter; TFLOP/s from the timed median when present."""
+    from .flop_counter import count_flops, device_name  # torch: only when the metric runs
+
     counter = count_flops(workload.step)
     median_ms = (measured.get("time_ms") or {}).get("median")
     return {"flops": flops_record(counter, median_ms, device_name(workload.device), config.precision)}

@@ -44,7 +44,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..workload import UnsupportedError
 from ..stats.deterministic import INSTRUCTIONS_THRESHOLD
 from .metrics import Quantity, register_metric
 
@@ -74,6 +73,8 @@ _SUMMARY_RE = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
 
 def find_valgrind() -> str:
     """Path of the valgrind executable; UnsupportedError with the reason when unusable."""
+    from ..workload import UnsupportedError  # workload imports torch; only on this path
+
     path = shutil.which("valgrind")
     if path is None:
         raise UnsupportedError("instructions needs valgrind (callgrind) on PATH; "
@@ -162,6 +163,8 @@ def count_instructions(config: "RunConfig", steps: Sequence[int] = (DEFAULT_INST
         UnsupportedError: valgrind missing, unsupported platform, or a non-CPU device.
         RuntimeError: the child failed or timed out (its last output lines in the message).
     """
+    from ..workload import UnsupportedError  # workload imports torch; only on this path
+
     from ..results.schema import RunRecord
 
     if config.device.split(":")[0] != "cpu":

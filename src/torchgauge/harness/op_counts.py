@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from .api_recorders import OpRecorder
 from ..stats.deterministic import COUNT_THRESHOLD
 from .metrics import Quantity, register_metric
 
@@ -40,6 +39,8 @@ def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
         >>> count_ops(lambda: (a @ a).relu() @ a)
         {'aten::mm': 2, 'aten::relu': 1}
     """
+    from .api_recorders import OpRecorder  # torch: only when the metric runs
+
     recorder = OpRecorder()
     with recorder:
         fn()

@@ -87,8 +87,12 @@ def main() -> None:
     args = parser.parse_args()
     factory = _factory()
     models = [f"model_{i:03d}" for i in range(args.models)]
-    spec = factory.HistorySpec(models=models, nights=args.nights, breakdown=True,
-                               stepped={m: (args.nights * 2 // 3, 0.15) for m in models[::10]})
+    spec = factory.HistorySpec(
+        models=models,
+        nights=args.nights,
+        breakdown=True,
+        stepped={m: (args.nights * 2 // 3, 0.15) for m in models[::10]},
+    )
     with tempfile.TemporaryDirectory(prefix="dashboard-bench-") as tmp:
         site = args.keep or Path(tmp) / "site"
         if site.exists():
@@ -112,11 +116,15 @@ def main() -> None:
             figures_ms = _ready_ms(browser, (site / "figures.html").as_uri())
             browser.close()
     ready = statistics.median(loads)
-    print(f"history: {args.models} models x 2 modes x {args.nights} nights = {args.models * 2 * args.nights} runs "
-          f"(stored in {stored_s:.1f} s)")
+    print(
+        f"history: {args.models} models x 2 modes x {args.nights} nights = {args.models * 2 * args.nights} runs "
+        f"(stored in {stored_s:.1f} s)"
+    )
     print(f"site: {built.pages} pages, {size_mb:.1f} MB (budget {SIZE_BUDGET_MB:.0f} MB), built in {build_s:.1f} s")
-    print(f"index ready: median {ready:.0f} ms over {args.loads} loads (min {min(loads):.0f}, max {max(loads):.0f}; "
-          f"budget {READY_BUDGET_MS:.0f} ms); sort {sort_ms:.0f} ms, filter {filter_ms:.0f} ms")
+    print(
+        f"index ready: median {ready:.0f} ms over {args.loads} loads (min {min(loads):.0f}, max {max(loads):.0f}; "
+        f"budget {READY_BUDGET_MS:.0f} ms); sort {sort_ms:.0f} ms, filter {filter_ms:.0f} ms"
+    )
     print(f"model page ready {model_ms:.0f} ms, figures page ready {figures_ms:.0f} ms")
     ok = size_mb < SIZE_BUDGET_MB and ready < READY_BUDGET_MS
     print("within budget" if ok else "OVER BUDGET")

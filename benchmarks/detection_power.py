@@ -100,14 +100,31 @@ class Bench:
             return sys.executable
         path = self.work / f"python-plant-{plant}"
         env = self.env(plant)
-        path.write_text("#!/bin/sh\n" + f'export PYTHONPATH="{env["PYTHONPATH"]}" TORCHGAUGE_PLANT={plant} '
-                        f'TORCHGAUGE_PLANT_LAYERS={env["TORCHGAUGE_PLANT_LAYERS"]}\nexec "{sys.executable}" "$@"\n')
+        path.write_text(
+            "#!/bin/sh\n" + f'export PYTHONPATH="{env["PYTHONPATH"]}" TORCHGAUGE_PLANT={plant} '
+            f'TORCHGAUGE_PLANT_LAYERS={env["TORCHGAUGE_PLANT_LAYERS"]}\nexec "{sys.executable}" "$@"\n'
+        )
         path.chmod(0o755)
         return str(path)
 
     def run(self, out: Path, plant: float) -> Path:
-        cmd = [sys.executable, "-m", "torchgauge.cli", "run", *self.models, "--size", "smoke", "--mode", self.mode,
-               "--repeat", str(self.repeat), "--output", str(out), "--quiet", "--no-db"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torchgauge.cli",
+            "run",
+            *self.models,
+            "--size",
+            "smoke",
+            "--mode",
+            self.mode,
+            "--repeat",
+            str(self.repeat),
+            "--output",
+            str(out),
+            "--quiet",
+            "--no-db",
+        ]
         subprocess.run(cmd, env=self.env(plant), capture_output=True, text=True)
         return out
 
@@ -119,16 +136,33 @@ class Bench:
             docs[0]["runs"] = [r for d in docs for r in d["runs"]]
             target.write_text(json.dumps(docs[0]))
             merged.append(str(target))
-        subprocess.run([sys.executable, "-m", "torchgauge.cli", "compare", *merged, "--output", str(out), "--quiet",
-                        "--allow-inconclusive", *extra], capture_output=True, text=True, env=self.env(0))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torchgauge.cli",
+                "compare",
+                *merged,
+                "--output",
+                str(out),
+                "--quiet",
+                "--allow-inconclusive",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env(0),
+        )
         return json.loads(out.read_text())
 
 
 def _score(doc: dict, affected: set[str]) -> dict:
     flagged = {(f["model"], f["mode"]) for f in doc["regressions"] if f["metric"] == "time_ms"}
-    return {"flagged_affected": sorted(m for m in flagged if m[0] in affected),
-            "flagged_unaffected": sorted(m for m in flagged if m[0] not in affected),
-            "changes": {f"{f['model']}/{f['mode']}": f["change"] for f in doc["regressions"] + doc["improvements"]}}
+    return {
+        "flagged_affected": sorted(m for m in flagged if m[0] in affected),
+        "flagged_unaffected": sorted(m for m in flagged if m[0] not in affected),
+        "changes": {f"{f['model']}/{f['mode']}": f["change"] for f in doc["regressions"] + doc["improvements"]},
+    }
 
 
 def _load(paths: list[Path], signal: str):
@@ -153,9 +187,16 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
     print("|---|---|---|---|---|---|")
     costs = []
     for plant in plants:
-        sides = {"single (first pass)": ([work / f"single-confirm-{plant}-base.json"], [work / f"single-confirm-{plant}-new.json"]),
-                 f"rounds k={rounds}": ([work / f"rounds-{plant}-base-{k}.json" for k in range(rounds)],
-                                        [work / f"rounds-{plant}-new-{k}.json" for k in range(rounds)])}
+        sides = {
+            "single (first pass)": (
+                [work / f"single-confirm-{plant}-base.json"],
+                [work / f"single-confirm-{plant}-new.json"],
+            ),
+            f"rounds k={rounds}": (
+                [work / f"rounds-{plant}-base-{k}.json" for k in range(rounds)],
+                [work / f"rounds-{plant}-new-{k}.json" for k in range(rounds)],
+            ),
+        }
         for procedure, (base, new) in sides.items():
             if not all(p.exists() for p in base + new):
                 continue
@@ -170,9 +211,10 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
             for signal in ("wall", "cpu"):
                 cmp = compare_results(_load(base, signal), _load(new, signal))
                 hits = {f.config.model for f in cmp.regressions if f.metric == "time_ms"}
-                print(f"| {plant:.0%} | {procedure} | {signal} | {len(hits & set(AFFECTED))} | "
-                      f"{len(hits - set(AFFECTED))} | {sum(f.metric == 'time_ms' for f in cmp.inconclusive)} |")
-
+                print(
+                    f"| {plant:.0%} | {procedure} | {signal} | {len(hits & set(AFFECTED))} | "
+                    f"{len(hits - set(AFFECTED))} | {sum(f.metric == 'time_ms' for f in cmp.inconclusive)} |"
+                )
 
     # RUSAGE_CHILDREN misses the forkserver's workers (the forkserver is never reaped), so the
     # cost is given in configuration-processes: each one builds, warms up and times one
@@ -185,15 +227,23 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plants", nargs="+", type=float, default=[0.0, 0.10, 0.25],
-                        help="operator slowdowns to plant; 0 is the A/A scenario")
+    parser.add_argument(
+        "--plants",
+        nargs="+",
+        type=float,
+        default=[0.0, 0.10, 0.25],
+        help="operator slowdowns to plant; 0 is the A/A scenario",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="k of the rounds procedure")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--mode", default="eval")
     parser.add_argument("--workdir", default="detection-power")
     parser.add_argument("--procedures", nargs="+", default=["single+confirm", "rounds"])
-    parser.add_argument("--analyse-only", action="store_true",
-                        help="only re-judge the runs already in --workdir with wall time and with CPU time")
+    parser.add_argument(
+        "--analyse-only",
+        action="store_true",
+        help="only re-judge the runs already in --workdir with wall time and with CPU time",
+    )
     args = parser.parse_args()
     work = Path(args.workdir)
     if args.analyse_only:
@@ -218,23 +268,40 @@ def main() -> None:
                 base = bench.run(work / f"{tag}-base.json", 0.0)
                 new = bench.run(work / f"{tag}-new.json", plant)
                 first = _score(bench.compare([base], [new], work / f"{tag}-first.json"), affected)
-                doc = bench.compare([base], [new], work / f"{tag}-compare.json", "--confirm",
-                                    "--candidate-python", bench.interpreter(plant))
+                doc = bench.compare(
+                    [base],
+                    [new],
+                    work / f"{tag}-compare.json",
+                    "--confirm",
+                    "--candidate-python",
+                    bench.interpreter(plant),
+                )
             score = _score(doc, affected)
-            row = {"plant": plant, "procedure": procedure, "first_pass": first, **score,
-                   "cpu_s": round(_children_cpu_s() - cpu0, 1), "wall_s": round(time.time() - t0, 1),
-                   "load_start": round(load0, 1), "load_end": round(os.getloadavg()[0], 1),
-                   "inconclusive": len(doc.get("inconclusive", []))}
+            row = {
+                "plant": plant,
+                "procedure": procedure,
+                "first_pass": first,
+                **score,
+                "cpu_s": round(_children_cpu_s() - cpu0, 1),
+                "wall_s": round(time.time() - t0, 1),
+                "load_start": round(load0, 1),
+                "load_end": round(os.getloadavg()[0], 1),
+                "inconclusive": len(doc.get("inconclusive", [])),
+            }
             report.append(row)
             print(json.dumps(row), flush=True)
     (work / "report.json").write_text(json.dumps(report, indent=1))
     n_aff, n_unaff = len(AFFECTED), len(UNAFFECTED)
-    print(f"\n| operator slowdown | procedure | affected flagged (of {n_aff}) | unaffected flagged (of {n_unaff}) | "
-          "CPU s | load |")
+    print(
+        f"\n| operator slowdown | procedure | affected flagged (of {n_aff}) | unaffected flagged (of {n_unaff}) | "
+        "CPU s | load |"
+    )
     print("|---|---|---|---|---|---|")
     for r in report:
-        print(f"| {r['plant']:.0%} | {r['procedure']} | {len(r['flagged_affected'])} | {len(r['flagged_unaffected'])} | "
-              f"{r['cpu_s']:.0f} | {r['load_start']}-{r['load_end']} |")
+        print(
+            f"| {r['plant']:.0%} | {r['procedure']} | {len(r['flagged_affected'])} | {len(r['flagged_unaffected'])} | "
+            f"{r['cpu_s']:.0f} | {r['load_start']}-{r['load_end']} |"
+        )
     reanalyse(work, args.plants, args.rounds)
 
 

@@ -42,8 +42,10 @@ def main() -> None:
         plain += plain_loop(w.step, args.repeat)
         harness += torchgauge.measure(w, repeat=args.repeat, warmup=0).metrics["time_ms"]["samples"]
     p, h = statistics.median(plain), statistics.median(harness)
-    print(f"{args.model} {args.mode} bs={w.batch_size}: plain loop median {p:.2f} ms, "
-          f"torchgauge.measure median {h:.2f} ms, ratio {h / p:.3f} ({len(plain)} samples each)")
+    print(
+        f"{args.model} {args.mode} bs={w.batch_size}: plain loop median {p:.2f} ms, "
+        f"torchgauge.measure median {h:.2f} ms, ratio {h / p:.3f} ({len(plain)} samples each)"
+    )
 
 
 if __name__ == "__main__":

@@ -54,12 +54,27 @@ def main(argv: list[str] | None = None) -> int:
             overhead = statistics.median(r.wall_s - r.phases_s.get("timed", 0.0) for r in records)
             runs[isolation].append({"wall_s": wall, "overhead_median_s": overhead, "medians": _medians(records)})
             # one JSON line per suite: an interrupted comparison keeps what it measured
-            print(json.dumps({"isolation": isolation, "wall_s": round(wall, 2), "overhead_median_s": round(overhead, 3),
-                              "load": round(os.getloadavg()[0], 2), "medians": _medians(records)}), file=sys.stderr)
+            print(
+                json.dumps(
+                    {
+                        "isolation": isolation,
+                        "wall_s": round(wall, 2),
+                        "overhead_median_s": round(overhead, 3),
+                        "load": round(os.getloadavg()[0], 2),
+                        "medians": _medians(records),
+                    }
+                ),
+                file=sys.stderr,
+            )
     labels = sorted(set.intersection(*(set(r["medians"]) for rs in runs.values() for r in rs)))
-    aa = [runs["per-run"][1]["medians"][k] / runs["per-run"][0]["medians"][k] for k in labels] if args.rounds > 1 else []
-    ab = [statistics.median(r["medians"][k] for r in runs["per-model"]) /
-          statistics.median(r["medians"][k] for r in runs["per-run"]) for k in labels]
+    aa = (
+        [runs["per-run"][1]["medians"][k] / runs["per-run"][0]["medians"][k] for k in labels] if args.rounds > 1 else []
+    )
+    ab = [
+        statistics.median(r["medians"][k] for r in runs["per-model"])
+        / statistics.median(r["medians"][k] for r in runs["per-run"])
+        for k in labels
+    ]
     doc = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "load_before": load_before,
@@ -72,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         "geomean_ratio_aa_per_run": _geomean(aa),
         "ratio_spread_per_model": [round(min(ab), 3), round(max(ab), 3)] if ab else None,
         "ratio_spread_aa": [round(min(aa), 3), round(max(aa), 3)] if aa else None,
-        "per_config": {k: {"per_model_over_per_run": round(b, 3), **({"aa": round(a, 3)} if aa else {})}
-                       for k, a, b in zip(labels, aa or [None] * len(labels), ab)},
+        "per_config": {
+            k: {"per_model_over_per_run": round(b, 3), **({"aa": round(a, 3)} if aa else {})}
+            for k, a, b in zip(labels, aa or [None] * len(labels), ab)
+        },
     }
     if args.json:
         with open(args.json, "w") as fh:

@@ -40,11 +40,29 @@ def main() -> None:
         if args.reuse and path.exists():
             continue
         loads.append(os.getloadavg()[0])
-        subprocess.run([sys.executable, "-m", "torchgauge.cli", "run", *args.models, "--size", args.size, "--repeat",
-                        str(args.repeat), "--output", str(path), "--quiet", "--no-db"], capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torchgauge.cli",
+                "run",
+                *args.models,
+                "--size",
+                args.size,
+                "--repeat",
+                str(args.repeat),
+                "--output",
+                str(path),
+                "--quiet",
+                "--no-db",
+            ],
+            capture_output=True,
+        )
     results = [load_results(p) for p in paths]
-    print(f"# {args.runs} runs of {len(args.models)} models ({args.size}); load average at starts: "
-          + ", ".join(f"{v:.1f}" for v in loads))
+    print(
+        f"# {args.runs} runs of {len(args.models)} models ({args.size}); load average at starts: "
+        + ", ".join(f"{v:.1f}" for v in loads)
+    )
     print("| configuration | metric | values (MiB) | spread (max-min) | spread / median |")
     print("|---|---|---|---|---|")
     for rec in results[0].runs:
@@ -54,8 +72,10 @@ def main() -> None:
             values = [v for v in values if isinstance(v, (int, float))]
             if len(values) > 1:
                 mid = sorted(values)[len(values) // 2]
-                print(f"| {rec.config.model}/{rec.config.mode} | {metric} | {', '.join(f'{v:.1f}' for v in values)} | "
-                      f"{max(values) - min(values):.1f} | {(max(values) - min(values)) / mid:.1%} |")
+                print(
+                    f"| {rec.config.model}/{rec.config.mode} | {metric} | {', '.join(f'{v:.1f}' for v in values)} | "
+                    f"{max(values) - min(values):.1f} | {(max(values) - min(values)) / mid:.1%} |"
+                )
     pairs = list(zip(results, results[1:]))
     flagged = compared = 0
     for base, new in pairs:

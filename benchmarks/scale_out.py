@@ -62,9 +62,16 @@ def _run(name: str, executor, configs, options, store, out: Path) -> dict:
     results = run_and_save(configs, options, out, env=env, executor=executor, on_result=save)
     wall = time.perf_counter() - t0
     busy = sum(r.wall_s for r in results.runs)
-    return {"name": name, "wall": wall, "n": len(results.runs), "busy": busy, "suite": suite,
-            "overhead": (wall * CONCURRENCY - busy) / len(results.runs), "store_ms": 1e3 * sum(store_s) / len(store_s),
-            "statuses": Counter(r.status for r in results.runs)}
+    return {
+        "name": name,
+        "wall": wall,
+        "n": len(results.runs),
+        "busy": busy,
+        "suite": suite,
+        "overhead": (wall * CONCURRENCY - busy) / len(results.runs),
+        "store_ms": 1e3 * sum(store_s) / len(store_s),
+        "statuses": Counter(r.status for r in results.runs),
+    }
 
 
 def main() -> None:
@@ -89,9 +96,13 @@ def main() -> None:
     rows = []
     with local_postgres.local_postgres() as server:
         url = local_postgres.create_database(server)
-        cluster = local_ray.LocalRayCluster(env={
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-            "TORCHGAUGE_CORE_LOCK_DIR": str(tmp / "core-locks"), "OMP_NUM_THREADS": "1"})
+        cluster = local_ray.LocalRayCluster(
+            env={
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+                "TORCHGAUGE_CORE_LOCK_DIR": str(tmp / "core-locks"),
+                "OMP_NUM_THREADS": "1",
+            }
+        )
         with open_store(url) as store:
             try:
                 t0 = time.perf_counter()
@@ -104,33 +115,56 @@ def main() -> None:
                 executor.environment()  # connect and probe both nodes (once per suite)
                 probe_s = time.perf_counter() - t0
                 runs = {
-                    "local": lambda: _run("local runner (jobs=2)", LocalExecutor(), configs,
-                                          RunnerOptions(timeout_s=args.timeout, jobs=CONCURRENCY, threads_per_worker=1),
-                                          store, tmp / "local.json"),
-                    "ray": lambda: _run("ray, 2 nodes x 1 CPU", executor, configs, RunnerOptions(timeout_s=args.timeout),
-                                        store, tmp / "ray.json"),
+                    "local": lambda: _run(
+                        "local runner (jobs=2)",
+                        LocalExecutor(),
+                        configs,
+                        RunnerOptions(timeout_s=args.timeout, jobs=CONCURRENCY, threads_per_worker=1),
+                        store,
+                        tmp / "local.json",
+                    ),
+                    "ray": lambda: _run(
+                        "ray, 2 nodes x 1 CPU",
+                        executor,
+                        configs,
+                        RunnerOptions(timeout_s=args.timeout),
+                        store,
+                        tmp / "ray.json",
+                    ),
                 }
-                for name in (("ray", "local") if args.ray_first else ("local", "ray")):
+                for name in ("ray", "local") if args.ray_first else ("local", "ray"):
                     rows.append(runs[name]())
                 executor.close()
             finally:
                 cluster.stop()
-            stored = {row["name"]: Counter(str((r.env or {}).get("ray_node_id", "local"))[:8]
-                                           for r in store.load(row["suite"]).runs) for row in rows}
+            stored = {
+                row["name"]: Counter(
+                    str((r.env or {}).get("ray_node_id", "local"))[:8] for r in store.load(row["suite"]).runs
+                )
+                for row in rows
+            }
     load_after = os.getloadavg()
 
-    print(f"{len(configs)} smoke configurations, repeat {args.repeat}, warm-up {args.warmup}; "
-          f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs)\n")
-    print("| executor | wall s | configs/min | sum of run wall_s | per-task overhead s | history write ms/run | statuses | runs per node (history) |")
+    print(
+        f"{len(configs)} smoke configurations, repeat {args.repeat}, warm-up {args.warmup}; "
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs)\n"
+    )
+    print(
+        "| executor | wall s | configs/min | sum of run wall_s | per-task overhead s | history write ms/run | statuses | runs per node (history) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|---|")
     for row in rows:
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(row["statuses"].items()))
         nodes = ", ".join(f"{k}: {v}" for k, v in sorted(stored[row["name"]].items()))
-        print(f"| {row['name']} | {row['wall']:.1f} | {60 * row['n'] / row['wall']:.1f} | {row['busy']:.1f} | "
-              f"{row['overhead']:.2f} | {row['store_ms']:.1f} | {statuses} | {nodes} |")
-    print(f"\nresults files in {tmp}; starting the cluster (head + 2 nodes): {cluster_s:.1f} s; "
-          f"connecting and probing the nodes: {probe_s:.1f} s "
-          "(neither counted in the ray row)")
+        print(
+            f"| {row['name']} | {row['wall']:.1f} | {60 * row['n'] / row['wall']:.1f} | {row['busy']:.1f} | "
+            f"{row['overhead']:.2f} | {row['store_ms']:.1f} | {statuses} | {nodes} |"
+        )
+    print(
+        f"\nresults files in {tmp}; starting the cluster (head + 2 nodes): {cluster_s:.1f} s; "
+        f"connecting and probing the nodes: {probe_s:.1f} s "
+        "(neither counted in the ray row)"
+    )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,9 @@ def _thread_settings(jobs: int) -> dict[str, object]:
 
 def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Path) -> dict[str, object]:
     """Run the suite once; returns the measurement document (per-run rows and totals)."""
+    from torchgauge.config import Selection, plan
     from torchgauge.results.schema import ResultsFile, load_results
     from torchgauge.runner import RunnerOptions
-    from torchgauge.config import Selection, plan
     from torchgauge.suite import run_and_save
 
     configs = plan(Selection(tuple(patterns)), size="smoke", repeat=repeat, warmup=warmup)
@@ -70,9 +70,15 @@ def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Pat
     t0 = time.perf_counter()
     interrupted = False
     try:
-        results = run_and_save(configs, RunnerOptions(jobs=jobs), output,
-                               on_result=lambda r: print(f"{len(writes) - 1:>4}/{len(configs)} {r.config.model} "
-                                                         f"{r.config.mode} {r.status} {r.wall_s:.2f}s", file=sys.stderr))
+        results = run_and_save(
+            configs,
+            RunnerOptions(jobs=jobs),
+            output,
+            on_result=lambda r: print(
+                f"{len(writes) - 1:>4}/{len(configs)} {r.config.model} {r.config.mode} {r.status} {r.wall_s:.2f}s",
+                file=sys.stderr,
+            ),
+        )
     except KeyboardInterrupt:  # e.g. `timeout -s INT`: report the finished runs, say what is missing
         interrupted = True
         results = load_results(output)
@@ -84,8 +90,16 @@ def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Pat
         phases = dict(record.phases_s)
         phases["write"] = round(write_s, 4)
         median = (record.metrics.get("time_ms") or {}).get("median")
-        rows.append({"model": record.config.model, "mode": record.config.mode, "status": record.status,
-                     "wall_s": record.wall_s, "median_step_ms": median, "phases_s": phases})
+        rows.append(
+            {
+                "model": record.config.model,
+                "mode": record.config.mode,
+                "status": record.status,
+                "wall_s": record.wall_s,
+                "median_step_ms": median,
+                "phases_s": phases,
+            }
+        )
     totals = {p: round(sum(r["phases_s"].get(p, 0.0) for r in rows), 2) for p in PHASES}
     overheads = [r["wall_s"] - r["phases_s"].get("timed", 0.0) for r in rows]
     return {
@@ -103,9 +117,14 @@ def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Pat
         "phase_totals_s": totals,
         "first_run_worker_start_s": rows[0]["phases_s"].get("worker_start") if rows else None,
         "overhead_median_s": round(statistics.median(overheads), 3) if overheads else None,
-        "slow_steps": sorted(({"model": r["model"], "mode": r["mode"], "median_step_ms": round(r["median_step_ms"], 1)}
-                              for r in rows if (r["median_step_ms"] or 0) > SLOW_STEP_MS),
-                             key=lambda r: -r["median_step_ms"]),
+        "slow_steps": sorted(
+            (
+                {"model": r["model"], "mode": r["mode"], "median_step_ms": round(r["median_step_ms"], 1)}
+                for r in rows
+                if (r["median_step_ms"] or 0) > SLOW_STEP_MS
+            ),
+            key=lambda r: -r["median_step_ms"],
+        ),
         "runs": rows,
     }
 
@@ -127,7 +146,13 @@ def markdown(doc: dict[str, object]) -> str:
     total = sum(doc["phase_totals_s"].values()) or 1.0
     for phase, seconds in doc["phase_totals_s"].items():
         lines.append(f"| {phase} | {seconds:.1f} | {100 * seconds / total:.0f}% |")
-    lines += ["", f"Smoke steps above {SLOW_STEP_MS:.0f} ms (median):", "", "| model | mode | median ms |", "|---|---|---:|"]
+    lines += [
+        "",
+        f"Smoke steps above {SLOW_STEP_MS:.0f} ms (median):",
+        "",
+        "| model | mode | median ms |",
+        "|---|---|---:|",
+    ]
     lines += [f"| {r['model']} | {r['mode']} | {r['median_step_ms']} |" for r in doc["slow_steps"]]
     return "\n".join(lines) + "\n"
 
@@ -138,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=Path("/tmp/suite_wall_results.json"),
-                        help="the suite's results file (written as torchgauge run writes it)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("/tmp/suite_wall_results.json"),
+        help="the suite's results file (written as torchgauge run writes it)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the measurement document here")
     parser.add_argument("--markdown", action="store_true", help="print the docs/performance.md tables")
     args = parser.parse_args(argv)

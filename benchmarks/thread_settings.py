@@ -51,8 +51,13 @@ def _one(setting: str, model: str, mode: str, repeat: int) -> dict[str, float]:
     threads, env_extra, pin = SETTINGS[setting]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([threads, pin, model, mode, repeat])],
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps([threads, pin, model, mode, repeat])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -83,8 +88,10 @@ def main() -> None:
         for proc in busy:
             proc.kill()
             proc.wait()
-    print(f"# {args.processes} processes x {args.repeat} repeats, {args.mode}, smoke size, {args.competitor} competitor(s); "
-          f"load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs; {time.time() - t0:.0f} s")
+    print(
+        f"# {args.processes} processes x {args.repeat} repeats, {args.mode}, smoke size, {args.competitor} competitor(s); "
+        f"load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs; {time.time() - t0:.0f} s"
+    )
     print("| setting | model | wall-time process medians (ms) | max/min | CV | CPU-time medians (ms) | max/min | CV |")
     print("|---|---|---|---|---|---|---|---|")
     for setting in args.settings:
@@ -96,7 +103,9 @@ def main() -> None:
             print(f"| {setting} | {model} | {' | '.join(cells)} |")
     if args.output:
         with open(args.output, "w") as fh:
-            json.dump({"medians": medians, "cpu_medians": cpu_medians, "loads": loads, "args": vars(args)}, fh, indent=1)
+            json.dump(
+                {"medians": medians, "cpu_medians": cpu_medians, "loads": loads, "args": vars(args)}, fh, indent=1
+            )
 
 
 if __name__ == "__main__":

@@ -31,22 +31,50 @@ TB_MEDIAN = re.compile(r"CPU Wall Time per batch:\s+([0-9.]+) milliseconds")
 
 def _torchbench(checkout: Path, model: str, mode: str, timeout_s: float) -> dict[str, object]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "run.py", model, "-d", "cpu", "-t", mode], cwd=checkout,
-                          capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(
+        [sys.executable, "run.py", model, "-d", "cpu", "-t", mode],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     wall = time.perf_counter() - t0
     match = TB_MEDIAN.search(proc.stdout + proc.stderr)
     error = None if match else (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-    return {"wall_s": round(wall, 2), "median_ms": float(match.group(1)) if match else None,
-            "error": error[0] if error else None}
+    return {
+        "wall_s": round(wall, 2),
+        "median_ms": float(match.group(1)) if match else None,
+        "error": error[0] if error else None,
+    }
 
 
 def _torchgauge(model: str, mode: str, timeout_s: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "torchgauge.cli", "run", model, "--mode", mode, "--repeat", "10",
-                               "--warmup", "3", "--metrics", "time", "-o", str(out), "--quiet"],
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torchgauge.cli",
+                "run",
+                model,
+                "--mode",
+                mode,
+                "--repeat",
+                "10",
+                "--warmup",
+                "3",
+                "--metrics",
+                "time",
+                "-o",
+                str(out),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         wall = time.perf_counter() - t0
         runs = json.loads(out.read_text())["runs"] if out.exists() else []
     median = runs[0]["metrics"].get("time_ms", {}).get("median") if runs else None
@@ -72,27 +100,55 @@ def main(argv: list[str] | None = None) -> int:
                 order = ("torchbench", "torchgauge") if round_ % 2 == 0 else ("torchgauge", "torchbench")
                 for tool in order:
                     try:
-                        result = (_torchbench(args.torchbench, model, mode, args.timeout) if tool == "torchbench"
-                                  else _torchgauge(model, mode, args.timeout))
+                        result = (
+                            _torchbench(args.torchbench, model, mode, args.timeout)
+                            if tool == "torchbench"
+                            else _torchgauge(model, mode, args.timeout)
+                        )
                     except subprocess.TimeoutExpired:
-                        result = {"wall_s": args.timeout, "median_ms": None, "error": f"timed out after {args.timeout:g} s"}
-                    rows.append({"round": round_, "model": model, "mode": mode, "tool": tool,
-                                 "load": round(os.getloadavg()[0], 2), **result})
+                        result = {
+                            "wall_s": args.timeout,
+                            "median_ms": None,
+                            "error": f"timed out after {args.timeout:g} s",
+                        }
+                    rows.append(
+                        {
+                            "round": round_,
+                            "model": model,
+                            "mode": mode,
+                            "tool": tool,
+                            "load": round(os.getloadavg()[0], 2),
+                            **result,
+                        }
+                    )
                     print(json.dumps(rows[-1]), file=sys.stderr)
     summary = {}
     for model in args.models:
         for mode in args.modes.split(","):
-            pick = lambda tool, key: [r[key] for r in rows if (r["model"], r["mode"], r["tool"]) == (model, mode, tool)
-                                      and r["median_ms"] is not None]
+            pick = lambda tool, key: [
+                r[key]
+                for r in rows
+                if (r["model"], r["mode"], r["tool"]) == (model, mode, tool) and r["median_ms"] is not None
+            ]
             tg_wall, tb_wall = pick("torchgauge", "wall_s"), pick("torchbench", "wall_s")
             tg_med, tb_med = pick("torchgauge", "median_ms"), pick("torchbench", "median_ms")
             summary[f"{model}/{mode}"] = {
-                "wall_ratio_torchgauge_over_torchbench":
-                    round(statistics.median(tg_wall) / statistics.median(tb_wall), 3) if tg_wall and tb_wall else None,
-                "median_step_ratio": round(statistics.median(tg_med) / statistics.median(tb_med), 3) if tg_med and tb_med else None,
+                "wall_ratio_torchgauge_over_torchbench": round(
+                    statistics.median(tg_wall) / statistics.median(tb_wall), 3
+                )
+                if tg_wall and tb_wall
+                else None,
+                "median_step_ratio": round(statistics.median(tg_med) / statistics.median(tb_med), 3)
+                if tg_med and tb_med
+                else None,
             }
-    doc = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "load_before": load_before,
-           "load_after": [round(x, 2) for x in os.getloadavg()], "summary": summary, "rows": rows}
+    doc = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "summary": summary,
+        "rows": rows,
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps({k: v for k, v in doc.items() if k != "rows"}, indent=1))

@@ -77,8 +77,9 @@ def write_synthetic(path: Path, megabytes: float, gz: bool) -> tuple[int, int]:
 
 def measure(mode: str, path: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=env,
-                          check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -94,15 +95,19 @@ def main() -> None:
     path = folder / ("synthetic.json.gz" if args.gzip else "synthetic.json")
     t0 = time.perf_counter()
     n_events, n_bytes = write_synthetic(path, args.mb, args.gzip)
-    print(f"wrote {path} ({n_bytes / 1e6:.0f} MB of JSON, {path.stat().st_size / 1e6:.0f} MB on disk, "
-          f"{n_events} events) in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"wrote {path} ({n_bytes / 1e6:.0f} MB of JSON, {path.stat().st_size / 1e6:.0f} MB on disk, "
+        f"{n_events} events) in {time.perf_counter() - t0:.0f} s"
+    )
     print(f"load: {os.getloadavg()}")
     try:
         for mode in args.modes.split(","):
             r = measure(mode, path)
             verdict = "ok" if r["peak_rss_mb"] <= RSS_LIMIT_MB * args.mb / 500 else "OVER"
-            print(f"{mode:9s}: peak RSS {r['peak_rss_mb']:.0f} MB ({verdict}: limit {RSS_LIMIT_MB} MB per 500 MB), "
-                  f"{r['seconds']:.1f} s")
+            print(
+                f"{mode:9s}: peak RSS {r['peak_rss_mb']:.0f} MB ({verdict}: limit {RSS_LIMIT_MB} MB per 500 MB), "
+                f"{r['seconds']:.1f} s"
+            )
     finally:
         if not args.keep:
             path.unlink()

@@ -47,8 +47,10 @@ def gpu_traces() -> Path:
     """The folder of real GPU traces (shared/reference/gpu-traces); skips when it is absent."""
     folder = _SHARED_DIR / "reference" / "gpu-traces"
     if not folder.is_dir():
-        pytest.skip(f"real GPU traces not found at {folder} (CI has shared/ beside the clone; "
-                    "elsewhere set TORCHGAUGE_SHARED_DIR)")
+        pytest.skip(
+            f"real GPU traces not found at {folder} (CI has shared/ beside the clone; "
+            "elsewhere set TORCHGAUGE_SHARED_DIR)"
+        )
     return folder
 
 

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from torchgauge import backends
-from torchgauge.accuracy import EAGER_ERROR_MULTIPLIER, TOLERANCES, Tolerance, check_accuracy, compare_leaves, flatten_outputs
+from torchgauge.accuracy import (
+    EAGER_ERROR_MULTIPLIER,
+    TOLERANCES,
+    Tolerance,
+    check_accuracy,
+    compare_leaves,
+    flatten_outputs,
+)
 from torchgauge.registry import load_model_file
 from torchgauge.results.schema import PASSING_STATUSES, STATUSES, RunConfig
 from torchgauge.runner import execute
@@ -64,7 +71,11 @@ def test_flatten_hf_model_output() -> None:
     from transformers.modeling_outputs import BaseModelOutput
 
     out = BaseModelOutput(last_hidden_state=torch.ones(1, 2), hidden_states=(torch.zeros(1), torch.ones(1)))
-    assert [p for p, _ in flatten_outputs(out)] == ["out.last_hidden_state", "out.hidden_states[0]", "out.hidden_states[1]"]
+    assert [p for p, _ in flatten_outputs(out)] == [
+        "out.last_hidden_state",
+        "out.hidden_states[0]",
+        "out.hidden_states[1]",
+    ]
 
 
 def test_compare_leaves_hand_computed() -> None:
@@ -93,10 +104,16 @@ def test_compare_leaves_nan_missing_and_shape() -> None:
     ref = [("a", torch.tensor([1.0])), ("b", torch.ones(2)), ("c", torch.ones(2))]
     got = [("a", torch.tensor([float("nan")])), ("b", torch.ones(3))]
     errs = compare_leaves(got, ref, TOLERANCES["fp32"])
-    assert [(e.path, e.max_abs, e.within) for e in errs] == [("a", math.inf, False), ("b", math.inf, False), ("c", math.inf, False)]
+    assert [(e.path, e.max_abs, e.within) for e in errs] == [
+        ("a", math.inf, False),
+        ("b", math.inf, False),
+        ("c", math.inf, False),
+    ]
 
 
-@pytest.mark.parametrize(("mode", "precision"), [("eval", "fp32"), ("train", "fp32"), ("eval", "bf16"), ("train", "amp")])
+@pytest.mark.parametrize(
+    ("mode", "precision"), [("eval", "fp32"), ("train", "fp32"), ("eval", "bf16"), ("train", "amp")]
+)
 def test_eager_precisions_pass(mode: str, precision: str) -> None:
     acc = check_accuracy(RunConfig("acc_tiny_mlp", mode=mode, precision=precision, batch_size=4))
     assert acc["status"] == "pass", acc
@@ -121,8 +138,9 @@ def test_perturbing_backend_fails_with_largest_error(perturbing_backend: str) ->
 
 
 def test_runner_marks_accuracy_failure_and_keeps_timing(perturbing_backend: str) -> None:
-    config = RunConfig("acc_tiny_mlp", mode="train", backend=perturbing_backend, repeat=2, warmup=1,
-                       options={"accuracy": True})
+    config = RunConfig(
+        "acc_tiny_mlp", mode="train", backend=perturbing_backend, repeat=2, warmup=1, options={"accuracy": True}
+    )
     record = execute(config)
     assert record.status == "fail_accuracy" and "fail_accuracy" in STATUSES
     assert record.metrics["accuracy"]["status"] == "fail_accuracy"
@@ -144,16 +162,26 @@ def test_runner_without_accuracy_option_skips_the_check() -> None:
     assert record.status == "ok" and "accuracy" not in record.metrics
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="upstream (torch 2.13 inductor, CPU): conv -> ReLU -> MaxPool2d to 1x1 -> "
-                                       "AdaptiveAvgPool2d((6, 6)) -> Linear gets a zero gradient into the conv; found "
-                                       "by compare-backends --accuracy on alexnet train at smoke size")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="upstream (torch 2.13 inductor, CPU): conv -> ReLU -> MaxPool2d to 1x1 -> "
+    "AdaptiveAvgPool2d((6, 6)) -> Linear gets a zero gradient into the conv; found "
+    "by compare-backends --accuracy on alexnet train at smoke size",
+)
 def test_inductor_gradient_through_relu_maxpool_upsampling_avgpool() -> None:
     # AlexNet's tail at smoke size (3x3 maps): eager and inductor must give the same gradient.
     from torch import nn
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d((6, 6)),
-                          nn.Flatten(), nn.Linear(16 * 36, 4))
+    model = nn.Sequential(
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2),
+        nn.AdaptiveAvgPool2d((6, 6)),
+        nn.Flatten(),
+        nn.Linear(16 * 36, 4),
+    )
     x = torch.randn(2, 8, 3, 3)
     model(x).sum().backward()
     eager = model[0].bias.grad.clone()

@@ -16,15 +16,24 @@ from torchgauge.results.schema import SchemaError
 from torchgauge.results.store import Store
 
 PLANTED = str(Path(__file__).parent / "fixtures" / "planted_models.py")
-_spec = importlib.util.spec_from_file_location("results_factory", Path(__file__).parent / "fixtures" / "results_factory.py")
+_spec = importlib.util.spec_from_file_location(
+    "results_factory", Path(__file__).parent / "fixtures" / "results_factory.py"
+)
 factory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(factory)
 
 
 @pytest.fixture(scope="module")
 def smoke_results() -> Results:
-    return torchgauge.run(["PLANTED_OK", "planted_raises"], mode="eval", size="smoke", repeat=3, warmup=1,
-                          isolate=False, model_files=[PLANTED])
+    return torchgauge.run(
+        ["PLANTED_OK", "planted_raises"],
+        mode="eval",
+        size="smoke",
+        repeat=3,
+        warmup=1,
+        isolate=False,
+        model_files=[PLANTED],
+    )
 
 
 def test_run_returns_records_in_plan_order(smoke_results) -> None:
@@ -35,7 +44,9 @@ def test_run_returns_records_in_plan_order(smoke_results) -> None:
 
 def test_run_isolated_in_workers(tmp_path) -> None:
     out = tmp_path / "r.json"
-    res = torchgauge.run("planted_ok", mode="train", size="smoke", repeat=2, warmup=1, model_files=[PLANTED], output=out)
+    res = torchgauge.run(
+        "planted_ok", mode="train", size="smoke", repeat=2, warmup=1, model_files=[PLANTED], output=out
+    )
     assert [r.status for r in res] == ["ok"] and torchgauge.load(out)[0].config.mode == "train"
 
 

@@ -68,9 +68,13 @@ def test_compiled_backends_need_warmup_and_known_options() -> None:
     w = create("acc_tiny_mlp", mode="eval")
     with pytest.raises(ValueError, match="compiles during warm-up; accepted: warmup >= 1"):
         apply_backend(w, "aot_eager", warmup=0)
-    with pytest.raises(ValueError, match="option compile_mode does not apply to backend 'aot_eager'; accepted with: inductor"):
+    with pytest.raises(
+        ValueError, match="option compile_mode does not apply to backend 'aot_eager'; accepted with: inductor"
+    ):
         apply_backend(w, "aot_eager", {"compile_mode": "max-autotune"})
-    with pytest.raises(ValueError, match="invalid compile_mode 'fast'; accepted: default, reduce-overhead, max-autotune"):
+    with pytest.raises(
+        ValueError, match="invalid compile_mode 'fast'; accepted: default, reduce-overhead, max-autotune"
+    ):
         apply_backend(w, "inductor", {"compile_mode": "fast"})
     # A compiled workload handed to measure() directly must still warm up first.
     w.compile_probe = CompileProbe("aot_eager")
@@ -138,7 +142,10 @@ def test_inductor_compiles_forward_without_breaks() -> None:
     apply_backend(w, "inductor", {"dynamic": False})
     compile_ = measure(w, repeat=2, warmup=1, metrics=("memory",)).metrics["compile"]
     assert compile_["graphs"] == 1 and compile_["graph_breaks"] == 0 and compile_["break_reasons"] == []
-    assert compile_["compile_s"] > 0 and compile_["notes"] == "inductor: compiled forward; mode=default, scope=forward, dynamic=False"
+    assert (
+        compile_["compile_s"] > 0
+        and compile_["notes"] == "inductor: compiled forward; mode=default, scope=forward, dynamic=False"
+    )
     torch.testing.assert_close(w.step(), expected, rtol=1e-5, atol=1e-6)
 
 
@@ -166,7 +173,10 @@ def test_custom_step_workload_compiles_its_networks_in_place() -> None:
     ("args", "message"),
     [
         (["--backend", "inductor", "--warmup", "0"], "backend inductor compiles during warm-up"),
-        (["--backend", "inductor", "--compile-mode", "fast"], "'fast'; accepted: default, reduce-overhead, max-autotune"),
+        (
+            ["--backend", "inductor", "--compile-mode", "fast"],
+            "'fast'; accepted: default, reduce-overhead, max-autotune",
+        ),
         (["--backend", "torchscript", "--dynamic"], "does not apply to backend torchscript"),
         (["--precision", "fp8"], "'fp8'; accepted: fp32, tf32, fp16, bf16, amp"),
     ],
@@ -178,8 +188,27 @@ def test_cli_rejects_bad_backend_options(args: list[str], message: str) -> None:
 
 def test_cli_run_records_options_compile_and_accuracy(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    args = ["acc_tiny_cnn", "--model-file", PLANTED, "--mode", "eval", "--size", "smoke", "--repeat", "2",
-            "--warmup", "1", "--backend", "torchscript", "--channels-last", "--accuracy", "--in-process", "-q", "-o", str(out)]
+    args = [
+        "acc_tiny_cnn",
+        "--model-file",
+        PLANTED,
+        "--mode",
+        "eval",
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--backend",
+        "torchscript",
+        "--channels-last",
+        "--accuracy",
+        "--in-process",
+        "-q",
+        "-o",
+        str(out),
+    ]
     result = CliRunner().invoke(run_command, args)
     assert result.exit_code == 0, result.output
     (run,) = ResultsFile.from_dict(json.loads(out.read_text())).runs

@@ -34,8 +34,15 @@ def test_forward_scope_compiles_only_the_forward() -> None:
 
 
 def test_step_scope_is_recorded_and_compiles_the_whole_iteration() -> None:
-    config = RunConfig("planted_ok", mode="train", backend="aot_eager", size="smoke", repeat=2, warmup=1,
-                       options={"compile_scope": "step"})
+    config = RunConfig(
+        "planted_ok",
+        mode="train",
+        backend="aot_eager",
+        size="smoke",
+        repeat=2,
+        warmup=1,
+        options={"compile_scope": "step"},
+    )
     record = execute(config)
     assert record.status == "ok", record.error
     frames = set(_compiled_frames())
@@ -52,4 +59,8 @@ def test_invalid_scope_and_non_dynamo_backend_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match="option compile_scope does not apply to backend 'torchscript'"):
         apply_backend(w, "torchscript", {"compile_scope": "step"}, warmup=1)
     result = CliRunner().invoke(run_command, ["planted_ok", "--model-file", PLANTED, "--compile-scope", "step"])
-    assert result.exit_code == 2 and "--compile-scope" in result.output and "does not apply to backend eager" in result.output
+    assert (
+        result.exit_code == 2
+        and "--compile-scope" in result.output
+        and "does not apply to backend eager" in result.output
+    )

@@ -61,8 +61,9 @@ def test_failing_extra_metric_keeps_the_timings() -> None:
         raise UnsupportedError("needs a tool this machine lacks")
 
     w = torchgauge.create("planted_ok", mode="eval", size="smoke")
-    rec = torchgauge.measure(w, repeat=3, warmup=0,
-                             metrics=("time", "planted_broken_metric", "planted_unsupported_metric"))
+    rec = torchgauge.measure(
+        w, repeat=3, warmup=0, metrics=("time", "planted_broken_metric", "planted_unsupported_metric")
+    )
     assert rec.status == "ok" and len(rec.metrics["time_ms"]["samples"]) == 3
     assert rec.metrics["metric_errors"] == {
         "planted_broken_metric": "RuntimeError: planted metric failure",
@@ -94,8 +95,15 @@ def test_adaptive_repeats_stop_within_bounds_and_record_the_rule() -> None:
     from torchgauge.results.schema import RunConfig
 
     workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
-    config = RunConfig("planted_ok", mode="eval", size="smoke", repeat=6, warmup=1, metrics=("time",),
-                       options={"adaptive": {"target": 0.9, "max_repeat": 40}})
+    config = RunConfig(
+        "planted_ok",
+        mode="eval",
+        size="smoke",
+        repeat=6,
+        warmup=1,
+        metrics=("time",),
+        options={"adaptive": {"target": 0.9, "max_repeat": 40}},
+    )
     timing = measure_run(workload, config).metrics["time_ms"]
     stopping = timing["stopping"]
     assert 6 <= len(timing["samples"]) <= 40 and stopping["samples"] == len(timing["samples"])

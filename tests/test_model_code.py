@@ -13,7 +13,7 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.results.store import STORE_SCHEMA_VERSION, Store
 from torchgauge.runner import RunnerOptions, run_suite
 
-MODEL_FILE = textwrap.dedent('''
+MODEL_FILE = textwrap.dedent("""
     import torch
     from torchgauge.models.common.conv_blocks import init_conv_weights
     from torchgauge.registry import register_model
@@ -24,7 +24,7 @@ MODEL_FILE = textwrap.dedent('''
     def {name}(ctx, **kwargs):
         module = torch.nn.Linear(4, {width})
         return Workload(ctx, module, (ctx.randn(ctx.batch_size, 4),), loss_fn=lambda out, _: out.sum())
-''')
+""")
 
 
 def _write_model(path, name: str, width: int) -> str:
@@ -36,9 +36,14 @@ def test_hash_is_the_same_in_another_process() -> None:
     module = get_spec("resnet18").module
     here = model_code_hash(module)
     there = subprocess.run(
-        [sys.executable, "-c",
-         f"from torchgauge.model_code import model_code_hash; print(model_code_hash({module!r}))"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            f"from torchgauge.model_code import model_code_hash; print(model_code_hash({module!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert here == there and len(here) == HASH_HEX_DIGITS and int(here, 16) >= 0
 

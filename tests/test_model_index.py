@@ -52,8 +52,16 @@ def test_create_imports_the_builder_lazily() -> None:
 def test_spec_entry_keeps_only_json_extras() -> None:
     from torchgauge.registry import ModelSpec
 
-    spec = ModelSpec(name="m", builder=None, domain="other", task="t", source="s", train_batch_size=1,
-                     eval_batch_size=2, extra={"torchbench_name": "x", "obj": object()})
+    spec = ModelSpec(
+        name="m",
+        builder=None,
+        domain="other",
+        task="t",
+        source="s",
+        train_batch_size=1,
+        eval_batch_size=2,
+        extra={"torchbench_name": "x", "obj": object()},
+    )
     entry = spec_entry(spec)
     assert entry["extra"] == {"torchbench_name": "x"} and entry["eval_batch_size"] == 2
 
@@ -64,9 +72,21 @@ def test_an_indexed_spec_is_the_registered_one_without_its_builder() -> None:
     from torchgauge.model_index import spec_from_entry
     from torchgauge.registry import ModelSpec
 
-    spec = ModelSpec(name="m", builder=None, domain="other", task="t", source="s", train_batch_size=16,
-                     eval_batch_size=16, cpu_batch_size=(16, 2), modes=("eval",), tags=frozenset({"a"}),
-                     preload=("x",), module="torchgauge.models.other.m", extra={"torchbench_name": "y"})
+    spec = ModelSpec(
+        name="m",
+        builder=None,
+        domain="other",
+        task="t",
+        source="s",
+        train_batch_size=16,
+        eval_batch_size=16,
+        cpu_batch_size=(16, 2),
+        modes=("eval",),
+        tags=frozenset({"a"}),
+        preload=("x",),
+        module="torchgauge.models.other.m",
+        extra={"torchbench_name": "y"},
+    )
     assert spec_from_entry(json.loads(json.dumps(spec_entry(spec)))) == spec
     assert spec_from_entry(spec_entry(spec)).batch_size("eval", "cpu") == 2  # the CPU default before any import
     old_entry = {k: v for k, v in spec_entry(spec).items() if k != "cpu_batch_size"}  # an index written before it

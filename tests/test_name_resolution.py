@@ -27,7 +27,10 @@ def test_exact_match_wins_over_case_folding(monkeypatch) -> None:
 def test_ambiguous_name_lists_the_candidates(monkeypatch) -> None:
     spec = get_spec("resnet18")
     monkeypatch.setitem(registry.entries.specs, "ResNet18", dataclasses.replace(spec, name="ResNet18"))
-    with pytest.raises(UnknownModelError, match=r"'RESNET18' is ambiguous: it matches resnet18, ResNet18 case-insensitively; give the exact name"):
+    with pytest.raises(
+        UnknownModelError,
+        match=r"'RESNET18' is ambiguous: it matches resnet18, ResNet18 case-insensitively; give the exact name",
+    ):
         resolve_name("RESNET18")
     with pytest.raises(SelectionError, match="ambiguous"):
         select_models(["RESNET18"])

@@ -34,8 +34,10 @@ def test_registry_names_and_unknown() -> None:
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-@pytest.mark.parametrize(("precision", "dtype"), [("fp32", torch.float32), ("tf32", torch.float32),
-                                                  ("fp16", torch.float16), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("fp32", torch.float32), ("tf32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)],
+)
 def test_cast_precisions(precision: str, dtype: torch.dtype, mode: str) -> None:
     w = create("acc_tiny_mlp", mode=mode)
     apply_precision(w, precision)
@@ -101,7 +103,9 @@ class _Env:
 
 def test_cast_workload_casts_floating_state_and_keeps_parameter_identity() -> None:
     ctx = BuildContext(name="t", mode="train", device=torch.device("cpu"), batch_size=2, size="full")
-    w = ctx.finish(language_modeling(ctx, nn.Sequential(nn.Embedding(11, 4), nn.Linear(4, 11)), vocab_size=11, seq_len=5))
+    w = ctx.finish(
+        language_modeling(ctx, nn.Sequential(nn.Embedding(11, 4), nn.Linear(4, 11)), vocab_size=11, seq_len=5)
+    )
     w.env = _Env()
     params = [id(p) for group in w.optimizer.param_groups for p in group["params"]]
     cast_workload(w, torch.bfloat16)

@@ -45,9 +45,24 @@ def test_invalid_domain_and_modes() -> None:
 def test_list_filters() -> None:
     # Other test files register planted_* models of their own in the same process: look only at
     # the fixture file's (planted_ok, _raises, _hangs, _exits, _allocates, _unsupported, ...).
-    ours = ["planted_ok", "planted_raises", "planted_unsupported", "planted_allocates", "planted_exits", "planted_hangs"]
-    assert [n for n in list_models("planted_*", exclude="planted_[aeh]*") if n in ours] == ["planted_ok", "planted_raises", "planted_unsupported"]
-    assert not set(list_models("planted_*", exclude="planted_[aeh]*")) & {"planted_allocates", "planted_exits", "planted_hangs"}
+    ours = [
+        "planted_ok",
+        "planted_raises",
+        "planted_unsupported",
+        "planted_allocates",
+        "planted_exits",
+        "planted_hangs",
+    ]
+    assert [n for n in list_models("planted_*", exclude="planted_[aeh]*") if n in ours] == [
+        "planted_ok",
+        "planted_raises",
+        "planted_unsupported",
+    ]
+    assert not set(list_models("planted_*", exclude="planted_[aeh]*")) & {
+        "planted_allocates",
+        "planted_exits",
+        "planted_hangs",
+    }
     assert "planted_ok" in list_models("planted*", domain="other")
     assert "planted_ok" not in list_models("planted*", domain="vision")
     assert list_models("planted*", tags=["no-such-tag"]) == []
@@ -95,7 +110,8 @@ def test_inputs_are_seeded_and_deterministic() -> None:
 
 def test_model_kwargs_reach_the_builder(tmp_path) -> None:
     path = tmp_path / "widths.py"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         from torch import nn
         from torchgauge import register_model, image_classification
 
@@ -103,7 +119,8 @@ def test_model_kwargs_reach_the_builder(tmp_path) -> None:
         def kwarg_probe_model(ctx, width=4):
             net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 4 * 4, width))
             return image_classification(ctx, net, image_size=4, num_classes=width)
-    '''))
+    """)
+    )
     assert load_model_file(path) == ["kwarg_probe_model"]
     assert load_model_file(path) == ["kwarg_probe_model"]  # idempotent
     w = torchgauge.create("kwarg_probe_model", mode="eval", width=7)
@@ -124,7 +141,9 @@ def test_entry_point_plugins(monkeypatch) -> None:
         def load(self):
             loaded.append(True)
 
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [FakeEP()] if group == "torchgauge.models" else [])
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: [FakeEP()] if group == "torchgauge.models" else []
+    )
     assert registry.load_plugins() == ["fake_plugin"] and loaded == [True]
 
 

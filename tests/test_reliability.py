@@ -21,7 +21,6 @@ import pytest
 
 from torchgauge.cli import main
 from torchgauge.compare.regression import compare_results
-from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.registry import ModelFileError, UnknownModelError, load_model_file, validate_model_names
 from torchgauge.report.escape import html_text, markdown_code, markdown_text, terminal_text
 from torchgauge.report.regression import render_markdown
@@ -29,6 +28,7 @@ from torchgauge.report.table import error_line
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord, SchemaError, load_results
 from torchgauge.results.store import STORE_SCHEMA_VERSION, Store, StoreLockedError
 from torchgauge.runner import ERROR_LINE_CHARS, RunnerOptions, run_suite
+from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOSTILE = str(FIXTURES / "hostile_models.py")
@@ -72,9 +72,27 @@ def cli(capsys):
 
 def _run(cli, tmp_path, *models: str, extra: tuple[str, ...] = ()):
     out = tmp_path / "r.json"
-    code, stdout, stderr = cli("run", *models, "--model-file", HOSTILE, "--model-file", PLANTED, "--size", "smoke",
-                               "--mode", "eval", "--repeat", "2", "--warmup", "1", "--timeout", str(TIMEOUT_S),
-                               "-o", str(out), *extra)
+    code, stdout, stderr = cli(
+        "run",
+        *models,
+        "--model-file",
+        HOSTILE,
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--timeout",
+        str(TIMEOUT_S),
+        "-o",
+        str(out),
+        *extra,
+    )
     return code, stdout, stderr, out
 
 
@@ -82,8 +100,9 @@ def _run(cli, tmp_path, *models: str, extra: tuple[str, ...] = ()):
 
 
 def test_markup_in_errors_and_names_never_stops_the_suite(cli, tmp_path) -> None:
-    code, stdout, stderr, out = _run(cli, tmp_path, "hostile_bracket_error", "hostile_markup_error", "hostile_*name",
-                                     "planted_ok")
+    code, stdout, stderr, out = _run(
+        cli, tmp_path, "hostile_bracket_error", "hostile_markup_error", "hostile_*name", "planted_ok"
+    )
     assert code == 1
     runs = {r["model"]: r for r in json.loads(out.read_text())["runs"]}
     assert set(runs) == {"hostile_bracket_error", "hostile_markup_error", "hostile_[/red]name", "planted_ok"}
@@ -139,8 +158,22 @@ def test_a_run_the_database_refuses_is_marked_not_stored(cli, tmp_path, monkeypa
     monkeypatch.setattr(Store, "add_run", add_run)
     db = tmp_path / "h.sqlite"
     out = tmp_path / "r.json"
-    code, _, stderr = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
-                          "--warmup", "1", "-o", str(out), "--db", str(db))
+    code, _, stderr = cli(
+        "run",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "-o",
+        str(out),
+        "--db",
+        str(db),
+    )
     assert code == 0
     assert len(json.loads(out.read_text())["runs"]) == 2  # the JSON file keeps both
     assert "not stored" in stderr and "planted_ok/eval" in stderr
@@ -178,14 +211,41 @@ def test_a_dead_parent_leaves_no_process_and_no_scratch(tmp_path, signame, code)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     out, db = tmp_path / "r.json", tmp_path / "h.sqlite"
-    env = dict(os.environ, TMPDIR=str(scratch),
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        TMPDIR=str(scratch),
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+    )
     proc = subprocess.Popen(
         # hostile_bracket_error fails at once (a finished run to save); then the hang
-        [sys.executable, "-m", "torchgauge.cli", "run", "hostile_bracket_error", "hostile_spawns_and_hangs", "--mode",
-         "eval", "--size", "smoke", "--model-file", HOSTILE, "--model-arg", f"pidfile={pidfile}",
-         "--timeout", "300", "-o", str(out), "--db", str(db)],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "torchgauge.cli",
+            "run",
+            "hostile_bracket_error",
+            "hostile_spawns_and_hangs",
+            "--mode",
+            "eval",
+            "--size",
+            "smoke",
+            "--model-file",
+            HOSTILE,
+            "--model-arg",
+            f"pidfile={pidfile}",
+            "--timeout",
+            "300",
+            "-o",
+            str(out),
+            "--db",
+            str(db),
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         t0 = time.monotonic()
         while not pidfile.exists() or not pidfile.read_text().strip():
@@ -227,11 +287,27 @@ def test_ctrl_c_says_what_was_saved(cli, tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(torchgauge.suite, "run_and_save", interrupted_after_one)
     out, db = tmp_path / "r.json", tmp_path / "h.sqlite"
-    code, _, stderr = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
-                          "--warmup", "1", "-o", str(out), "--db", str(db))
+    code, _, stderr = cli(
+        "run",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "-o",
+        str(out),
+        "--db",
+        str(db),
+    )
     assert code == 130
-    assert (f"error: interrupted by SIGINT: 1 of 2 run(s) finished and saved in {out} (marked incomplete); "
-            f"1 stored as incomplete run 1 in {db}") in stderr
+    assert (
+        f"error: interrupted by SIGINT: 1 of 2 run(s) finished and saved in {out} (marked incomplete); "
+        f"1 stored as incomplete run 1 in {db}"
+    ) in stderr
     assert json.loads(out.read_text())["complete"] is False
 
 
@@ -253,8 +329,16 @@ def test_a_timeout_kills_what_the_model_started(tmp_path) -> None:
 
 
 def _side(model: str, level: float) -> ResultsFile:
-    return ResultsFile(env={}, runs=[RunRecord(RunConfig(model, mode="eval"), "ok",
-                                               metrics={"time_ms": {"samples": [level * (1 + 0.001 * i) for i in range(10)]}})])
+    return ResultsFile(
+        env={},
+        runs=[
+            RunRecord(
+                RunConfig(model, mode="eval"),
+                "ok",
+                metrics={"time_ms": {"samples": [level * (1 + 0.001 * i) for i in range(10)]}},
+            )
+        ],
+    )
 
 
 def test_confirm_never_passes_a_crafted_name_to_a_command(tmp_path) -> None:
@@ -308,15 +392,17 @@ def test_markdown_escaping_corpus(hostile) -> None:
     code = markdown_code(hostile)
     assert "\n" not in code and not re.search(r"(?<!\\)\|", code)
     fence = re.match(r"`+", code).group(0)
-    assert code.endswith(fence) and fence not in code[len(fence):-len(fence)]
+    assert code.endswith(fence) and fence not in code[len(fence) : -len(fence)]
     assert "<" not in html_text(hostile) and '"' not in html_text(hostile)
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", terminal_text(hostile))
 
 
 def test_escape_sequences_from_a_results_file_are_shown_not_sent(cli, tmp_path) -> None:
     path = tmp_path / "r.json"
-    ResultsFile(env={"cpu_model": "\x1b]0;pwned\x07"}, runs=[
-        RunRecord(RunConfig("m\x1b[2J", mode="eval"), "error", error="boom \x1b[31mred\x9b")]).write(path)
+    ResultsFile(
+        env={"cpu_model": "\x1b]0;pwned\x07"},
+        runs=[RunRecord(RunConfig("m\x1b[2J", mode="eval"), "error", error="boom \x1b[31mred\x9b")],
+    ).write(path)
     code, stdout, stderr = cli("show", str(path))
     assert code == 0 and "\x1b" not in stdout + stderr and "\x9b" not in stdout + stderr
     assert "\\x1b[2J" in stdout and "\\x1b]0;pwned" in stderr
@@ -324,25 +410,48 @@ def test_escape_sequences_from_a_results_file_are_shown_not_sent(cli, tmp_path) 
 
 def test_markdown_text_at_a_line_start_escapes_block_markers() -> None:
     assert [markdown_text(v, line_start=True) for v in ("- x", "+ y", "12. z", "3) w", "1.5 ms")] == [
-        "\\- x", "\\+ y", "12\\. z", "3\\) w", "1.5 ms"]
+        "\\- x",
+        "\\+ y",
+        "12\\. z",
+        "3\\) w",
+        "1.5 ms",
+    ]
     assert markdown_text("- x") == "- x" and markdown_text("torch_version") == "torch_version"
 
 
 def test_the_report_escapes_every_untrusted_value() -> None:
     hostile = "\n".join(HOSTILE_STRINGS)
-    base = ResultsFile(env={"hostname": hostile, "torch_version": "</details>@team"}, runs=[
-        RunRecord(RunConfig(hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [10.0 + 0.01 * i for i in range(10)]}}),
-        RunRecord(RunConfig("gone" + hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0] * 10}}),
-        RunRecord(RunConfig("breaks" + hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0] * 10}}),
-    ])
-    new = ResultsFile(env={"hostname": "h"}, runs=[
-        RunRecord(RunConfig(hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [20.0 + 0.01 * i for i in range(10)]}}),
-        RunRecord(RunConfig("breaks" + hostile, mode="eval"), "error", error=hostile),
-    ])
+    base = ResultsFile(
+        env={"hostname": hostile, "torch_version": "</details>@team"},
+        runs=[
+            RunRecord(
+                RunConfig(hostile, mode="eval"),
+                "ok",
+                metrics={"time_ms": {"samples": [10.0 + 0.01 * i for i in range(10)]}},
+            ),
+            RunRecord(RunConfig("gone" + hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0] * 10}}),
+            RunRecord(RunConfig("breaks" + hostile, mode="eval"), "ok", metrics={"time_ms": {"samples": [1.0] * 10}}),
+        ],
+    )
+    new = ResultsFile(
+        env={"hostname": "h"},
+        runs=[
+            RunRecord(
+                RunConfig(hostile, mode="eval"),
+                "ok",
+                metrics={"time_ms": {"samples": [20.0 + 0.01 * i for i in range(10)]}},
+            ),
+            RunRecord(RunConfig("breaks" + hostile, mode="eval"), "error", error=hostile),
+        ],
+    )
     md = render_markdown(compare_results(base, new), base_label=hostile, new_label="new")
     headings = [ln for ln in md.splitlines() if ln.startswith("#")]
     assert headings[0].startswith("# torchgauge: regressions found (new vs ") and set(headings[1:]) == {
-        "## Regressions", "## Improvements", "## New failures and fixes", "## Environments"}
+        "## Regressions",
+        "## Improvements",
+        "## New failures and fixes",
+        "## Environments",
+    }
     assert md.count("<details>") == md.count("</details>") <= 1 and "<script" not in md and "<img" not in md
     assert not re.search(r"@[A-Za-z0-9]", md) and "](" not in md.replace("\\](", "")
     width = None  # every row of a table keeps its header's column count
@@ -362,12 +471,19 @@ def test_unwritable_output_is_one_line(cli) -> None:
     assert "Traceback" not in stderr
 
 
-@pytest.mark.parametrize("source,where,message", [
-    ("def broken(:\n    pass\n", ":1:", "SyntaxError"),
-    ("x = 1\nraise RuntimeError('boom at import [/x]')\n", ":2:", "RuntimeError: boom at import [/x]"),
-    ("from torchgauge import register_model\n@register_model(domain='other', task='t', source='s', batch_size=1)\n"
-     "def resnet50(ctx):\n    pass\n", ":2:", "already registered"),
-])
+@pytest.mark.parametrize(
+    "source,where,message",
+    [
+        ("def broken(:\n    pass\n", ":1:", "SyntaxError"),
+        ("x = 1\nraise RuntimeError('boom at import [/x]')\n", ":2:", "RuntimeError: boom at import [/x]"),
+        (
+            "from torchgauge import register_model\n@register_model(domain='other', task='t', source='s', batch_size=1)\n"
+            "def resnet50(ctx):\n    pass\n",
+            ":2:",
+            "already registered",
+        ),
+    ],
+)
 def test_a_bad_model_file_names_path_line_and_message(cli, tmp_path, source, where, message) -> None:
     bad = tmp_path / "bad_models.py"
     bad.write_text(source)
@@ -387,21 +503,33 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch) -> None:
         main(["run", "planted_ok", "--model-file", str(bad)])
 
 
-_GOOD_RUN = {"model": "m", "mode": "eval", "device": "cpu", "status": "ok",
-             "metrics": {"time_ms": {"samples": [1.0, 2.0], "median": 1.5}}}
+_GOOD_RUN = {
+    "model": "m",
+    "mode": "eval",
+    "device": "cpu",
+    "status": "ok",
+    "metrics": {"time_ms": {"samples": [1.0, 2.0], "median": 1.5}},
+}
 
 
-@pytest.mark.parametrize("doc,message", [
-    ({"schema_version": 1, "env": {}, "runs": [1]}, "runs[0] is int"),
-    ({"schema_version": 1, "env": "x", "runs": []}, "field 'env' is str"),
-    ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, wall_s="x")]}, "field 'wall_s' is str"),
-    ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, metrics={"time_ms": {"median": "fast"}})]},
-     "metrics.time_ms.median is str"),
-    ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, metrics={"time_ms": {"samples": ["a"]}})]},
-     "metrics.time_ms.samples is not a list of numbers"),
-    ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, model=["m"])]}, "field 'model' is list"),
-    ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, batch_size="8")]}, "field 'batch_size' is str"),
-])
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ({"schema_version": 1, "env": {}, "runs": [1]}, "runs[0] is int"),
+        ({"schema_version": 1, "env": "x", "runs": []}, "field 'env' is str"),
+        ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, wall_s="x")]}, "field 'wall_s' is str"),
+        (
+            {"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, metrics={"time_ms": {"median": "fast"}})]},
+            "metrics.time_ms.median is str",
+        ),
+        (
+            {"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, metrics={"time_ms": {"samples": ["a"]}})]},
+            "metrics.time_ms.samples is not a list of numbers",
+        ),
+        ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, model=["m"])]}, "field 'model' is list"),
+        ({"schema_version": 1, "env": {}, "runs": [dict(_GOOD_RUN, batch_size="8")]}, "field 'batch_size' is str"),
+    ],
+)
 def test_results_with_wrong_types_are_one_line(cli, tmp_path, doc, message) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
@@ -414,8 +542,17 @@ def test_results_with_wrong_types_are_one_line(cli, tmp_path, doc, message) -> N
 
 def test_null_versions_and_non_utf8(cli, tmp_path) -> None:
     nulls = tmp_path / "nulls.json"
-    nulls.write_text(json.dumps({"schema_version": 1, "torchgauge_version": None, "created_at": None,
-                                 "env": {"torch_version": None, "torch_git_version": None}, "runs": [_GOOD_RUN]}))
+    nulls.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "torchgauge_version": None,
+                "created_at": None,
+                "env": {"torch_version": None, "torch_git_version": None},
+                "runs": [_GOOD_RUN],
+            }
+        )
+    )
     assert cli("show", str(nulls))[0] == 0
     assert cli("compare", str(nulls), str(nulls), "-q")[0] == 0
     binary = tmp_path / "binary.json"
@@ -427,8 +564,14 @@ def test_null_versions_and_non_utf8(cli, tmp_path) -> None:
 def _damaged_db(path: Path) -> None:
     with Store(path) as store:
         for k in range(3):
-            runs = [RunRecord(RunConfig(f"m{i}", mode="eval"), "ok",
-                              metrics={"time_ms": {"samples": [float(j) for j in range(200)]}}) for i in range(30)]
+            runs = [
+                RunRecord(
+                    RunConfig(f"m{i}", mode="eval"),
+                    "ok",
+                    metrics={"time_ms": {"samples": [float(j) for j in range(200)]}},
+                )
+                for i in range(30)
+            ]
             store.save(ResultsFile(env={"machine_fingerprint": "m"}, runs=runs))
     data = bytearray(path.read_bytes())
     for offset in range(4096 * 3, min(len(data) - 4096, 4096 * 12)):  # garbage in the middle pages
@@ -439,10 +582,24 @@ def _damaged_db(path: Path) -> None:
 def test_a_damaged_database_is_one_line_for_every_command(cli, tmp_path) -> None:
     db = tmp_path / "h.sqlite"
     _damaged_db(db)
-    for args in (("history", "m1", "--db", str(db)), ("compare", "previous", "latest", "--db", str(db)),
-                 ("export", "latest", "--db", str(db)), ("export", "--list", "--db", str(db)),
-                 ("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--db", str(db),
-                  "-o", str(tmp_path / "r.json"))):
+    for args in (
+        ("history", "m1", "--db", str(db)),
+        ("compare", "previous", "latest", "--db", str(db)),
+        ("export", "latest", "--db", str(db)),
+        ("export", "--list", "--db", str(db)),
+        (
+            "run",
+            "planted_ok",
+            "--model-file",
+            PLANTED,
+            "--size",
+            "smoke",
+            "--db",
+            str(db),
+            "-o",
+            str(tmp_path / "r.json"),
+        ),
+    ):
         code, _, stderr = cli(*args)
         assert code == 1 and str(db) in stderr and "Traceback" not in stderr, (args, stderr)
 
@@ -450,14 +607,24 @@ def test_a_damaged_database_is_one_line_for_every_command(cli, tmp_path) -> None
 # -- 6. numeric options --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [
-    ("run", "planted_ok", "--timeout"), ("run", "planted_ok", "--memory-limit"),
-    ("compare-backends", "planted_ok", "--timeout"), ("compare-backends", "planted_ok", "--memory-limit"),
-    ("tune-batch", "planted_ok", "--timeout"), ("tune-batch", "planted_ok", "--memory-limit"),
-    ("tune-batch", "planted_ok", "--budget-s"), ("scale", "planted_ok", "--timeout"),
-    ("coverage", "--timeout"), ("compare", "a.json", "b.json", "--timeout"), ("bisect", "--timeout"),
-    ("bisect", "--build-timeout"), ("bisect", "--alpha"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "planted_ok", "--timeout"),
+        ("run", "planted_ok", "--memory-limit"),
+        ("compare-backends", "planted_ok", "--timeout"),
+        ("compare-backends", "planted_ok", "--memory-limit"),
+        ("tune-batch", "planted_ok", "--timeout"),
+        ("tune-batch", "planted_ok", "--memory-limit"),
+        ("tune-batch", "planted_ok", "--budget-s"),
+        ("scale", "planted_ok", "--timeout"),
+        ("coverage", "--timeout"),
+        ("compare", "a.json", "b.json", "--timeout"),
+        ("bisect", "--timeout"),
+        ("bisect", "--build-timeout"),
+        ("bisect", "--alpha"),
+    ],
+)
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "-inf", "abc"])
 def test_every_numeric_limit_is_validated(cli, args, value) -> None:
     code, _, stderr = cli(*args[:-1], f"{args[-1]}={value}")
@@ -491,7 +658,9 @@ def test_keep_logs_keeps_every_workers_output(cli, tmp_path) -> None:
     logs = tmp_path / "logs"
     code, _, _, _ = _run(cli, tmp_path, "hostile_bracket_error", "planted_ok", extra=("--keep-logs", str(logs)))
     assert code == 1 and sorted(p.name for p in logs.glob("*.log")) == [
-        "0000-hostile_bracket_error-eval.log", "0001-planted_ok-eval.log"]
+        "0000-hostile_bracket_error-eval.log",
+        "0001-planted_ok-eval.log",
+    ]
 
 
 # -- 8. read-only commands, incomplete runs, missing configurations --------------------------
@@ -500,8 +669,11 @@ def test_keep_logs_keeps_every_workers_output(cli, tmp_path) -> None:
 def test_read_only_commands_never_write_a_database(cli, tmp_path) -> None:
     empty = tmp_path / "empty.sqlite"
     empty.write_bytes(b"")
-    for args in (("history", "m", "--db", str(empty)), ("compare", "previous", "latest", "--db", str(empty)),
-                 ("export", "--list", "--db", str(empty))):
+    for args in (
+        ("history", "m", "--db", str(empty)),
+        ("compare", "previous", "latest", "--db", str(empty)),
+        ("export", "--list", "--db", str(empty)),
+    ):
         code, _, stderr = cli(*args)
         assert code == 1 and "not a torchgauge history database" in stderr
     assert empty.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite"]
@@ -530,8 +702,10 @@ def test_a_version_1_database_is_migrated_with_its_suites_complete(tmp_path) -> 
     with Store(db) as store:
         store.save(_side("m", 1.0))
     conn = sqlite3.connect(db)  # make it look like a database written before completed_at
-    conn.executescript("ALTER TABLE suites DROP COLUMN completed_at; ALTER TABLE runs DROP COLUMN model_code_hash;"
-                       " UPDATE meta SET value = '1';")
+    conn.executescript(
+        "ALTER TABLE suites DROP COLUMN completed_at; ALTER TABLE runs DROP COLUMN model_code_hash;"
+        " UPDATE meta SET value = '1';"
+    )
     conn.close()
     with Store(db, readonly=True) as store:
         assert store.suites()[0].complete and store.resolve("latest") == 1
@@ -562,16 +736,33 @@ def test_every_run_skipped_for_a_missing_device_fails(cli, tmp_path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     out = tmp_path / "r.json"
-    code, _, stderr = cli("run", "planted_ok", "--model-file", PLANTED, "--device", "cuda", "--size", "smoke", "-o", str(out))
+    code, _, stderr = cli(
+        "run", "planted_ok", "--model-file", PLANTED, "--device", "cuda", "--size", "smoke", "-o", str(out)
+    )
     assert code == 4 and "no run was measured: cuda requested but no CUDA device is available" in stderr
     assert {r["status"] for r in json.loads(out.read_text())["runs"]} == {"skipped"}
     # models that cannot use the device at all do not turn a misconfigured job green
     cpu_only = tmp_path / "cpu_only.py"
-    cpu_only.write_text("from torchgauge import register_model\n"
-                        "@register_model(domain='other', task='t', source='s', batch_size=1, devices=('cpu',))\n"
-                        "def reliability_cpu_only(ctx):\n    raise RuntimeError('never built')\n")
-    code, _, _ = cli("run", "planted_ok", "reliability_cpu_only", "--model-file", PLANTED, "--model-file", str(cpu_only),
-                     "--device", "cuda", "--size", "smoke", "-o", str(out))
+    cpu_only.write_text(
+        "from torchgauge import register_model\n"
+        "@register_model(domain='other', task='t', source='s', batch_size=1, devices=('cpu',))\n"
+        "def reliability_cpu_only(ctx):\n    raise RuntimeError('never built')\n"
+    )
+    code, _, _ = cli(
+        "run",
+        "planted_ok",
+        "reliability_cpu_only",
+        "--model-file",
+        PLANTED,
+        "--model-file",
+        str(cpu_only),
+        "--device",
+        "cuda",
+        "--size",
+        "smoke",
+        "-o",
+        str(out),
+    )
     assert code == 4 and {r["status"] for r in json.loads(out.read_text())["runs"]} == {"skipped", "unsupported"}
 
 
@@ -579,8 +770,10 @@ def test_every_run_skipped_for_a_missing_device_fails(cli, tmp_path) -> None:
 
 
 def test_the_status_cell_shows_the_meaningful_error_line() -> None:
-    enforce = ("Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: [enforce fail at "
-               "alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried\n")
+    enforce = (
+        'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: [enforce fail at '
+        "alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried\n"
+    )
     assert error_line(enforce) == "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried"
     assert error_line("ValueError: bad\n  continued detail\n") == "ValueError: bad"
     assert error_line("worker killed by SIGSEGV") == "worker killed by SIGSEGV"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from torchgauge.harness.threads import DEFAULT_INTRA_OP_THREADS
 from torchgauge.registry import load_model_file
 from torchgauge.results.schema import RunConfig, RunRecord
-from torchgauge.harness.threads import DEFAULT_INTRA_OP_THREADS
 from torchgauge.runner import RunnerOptions, classify_exception, execute, run_suite, worker_threads
 from torchgauge.suite import run_and_save
 from torchgauge.workload import UnsupportedError
@@ -30,8 +30,17 @@ def _cfg(name: str, mode: str = "train") -> RunConfig:
 
 @pytest.fixture(scope="module")
 def suite_records():
-    names = ["planted_ok", "planted_raises", "planted_hangs", "planted_exits", "planted_allocates",
-             "planted_unsupported", "planted_huge_alloc", "planted_eval_only", "planted_ok"]
+    names = [
+        "planted_ok",
+        "planted_raises",
+        "planted_hangs",
+        "planted_exits",
+        "planted_allocates",
+        "planted_unsupported",
+        "planted_huge_alloc",
+        "planted_eval_only",
+        "planted_ok",
+    ]
     streamed = []
     opts = RunnerOptions(timeout_s=TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, model_files=(PLANTED,))
     records = run_suite([_cfg(n) for n in names], opts, on_result=streamed.append)
@@ -98,8 +107,13 @@ def test_interrupt_keeps_finished_runs_on_disk(tmp_path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_and_save([_cfg("planted_ok"), _cfg("planted_ok", "eval")], RunnerOptions(model_files=(PLANTED,)), out,
-                     env={"test": True}, on_result=stop_after_first)
+        run_and_save(
+            [_cfg("planted_ok"), _cfg("planted_ok", "eval")],
+            RunnerOptions(model_files=(PLANTED,)),
+            out,
+            env={"test": True},
+            on_result=stop_after_first,
+        )
     doc = json.loads(out.read_text())
     assert len(doc["runs"]) == 1 and doc["runs"][0]["status"] == "ok" and doc["env"] == {"test": True}
 
@@ -186,8 +200,15 @@ def test_records_carry_the_thread_settings_and_load() -> None:
     assert record.ok, record.error
     threads = record.threads
     assert threads["intra_op"] == DEFAULT_INTRA_OP_THREADS and threads["env"]["OMP_NUM_THREADS"] == "1"
-    assert {"inter_op", "affinity", "others_busy_start", "others_busy_timed", "load_avg_start", "load_avg_end",
-            "oversubscribed"} <= set(threads)
+    assert {
+        "inter_op",
+        "affinity",
+        "others_busy_start",
+        "others_busy_timed",
+        "load_avg_start",
+        "load_avg_end",
+        "oversubscribed",
+    } <= set(threads)
     assert RunRecord.from_dict(record.to_dict()).threads == threads
 
 
@@ -198,19 +219,32 @@ def test_per_model_isolation_shares_a_worker_and_survives_its_death() -> None:
     opts = RunnerOptions(timeout_s=TIMEOUT_S, model_files=(PLANTED,), isolation="per-model")
     records = run_suite(configs, opts, on_start=lambda c: started.append((c.model, c.mode)))
     assert [(r.config.model, r.config.mode, r.status) for r in records] == [
-        ("planted_ok", "train", "ok"), ("planted_ok", "eval", "ok"),
+        ("planted_ok", "train", "ok"),
+        ("planted_ok", "eval", "ok"),
         # the worker died in train; eval went on in a fresh worker (and died too)
-        ("planted_exits", "train", "error"), ("planted_exits", "eval", "error")]
+        ("planted_exits", "train", "error"),
+        ("planted_exits", "eval", "error"),
+    ]
     assert "exited with code 3" in records[3].error
-    assert started[:4] == [("planted_ok", "train"), ("planted_ok", "eval"), ("planted_exits", "train"), ("planted_exits", "eval")]
+    assert started[:4] == [
+        ("planted_ok", "train"),
+        ("planted_ok", "eval"),
+        ("planted_exits", "train"),
+        ("planted_exits", "eval"),
+    ]
     assert records[1].wall_s < records[0].wall_s + 5  # eval's clock starts when train's record arrives
 
 
 def test_per_model_groups_only_eager_fp32_runs() -> None:
     from torchgauge.runner.suite_loop import _worker_groups
 
-    configs = [_cfg("a"), _cfg("b"), _cfg("a", mode="eval"), _cfg("a", mode="eval").with_(backend="inductor"),
-               _cfg("a", mode="eval").with_(precision="bf16")]
+    configs = [
+        _cfg("a"),
+        _cfg("b"),
+        _cfg("a", mode="eval"),
+        _cfg("a", mode="eval").with_(backend="inductor"),
+        _cfg("a", mode="eval").with_(precision="bf16"),
+    ]
     groups = [[i for i, _ in g] for g in _worker_groups(configs, "per-model")]
     assert groups == [[0, 2], [1], [3], [4]]  # compile caches and precision flags are process-wide
     assert [[i for i, _ in g] for g in _worker_groups(configs, "per-run")] == [[0], [1], [2], [3], [4]]

@@ -63,7 +63,9 @@ def test_workflow_calls_only_existing_commands_and_options() -> None:
         parser = command.make_parser(click.Context(command, info_name=name))
         opts, extra, _ = parser.parse_args(list(argv[1:]))
         assert not extra, f"torchgauge {name}: unexpected arguments {extra}"
-        missing = [p.name for p in command.params if isinstance(p, click.Argument) and p.required and p.name not in opts]
+        missing = [
+            p.name for p in command.params if isinstance(p, click.Argument) and p.required and p.name not in opts
+        ]
         assert not missing, f"torchgauge {name}: missing argument(s) {missing}"
 
 
@@ -86,8 +88,10 @@ def _shims(bin_dir: Path, log: Path) -> None:
     bin_dir.mkdir()
     scripts = {
         "torchgauge": f'#!/bin/sh\nPYTHONPATH="{SRC}" exec "{sys.executable}" -m torchgauge.cli "$@"\n',
-        "python": (f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "{log}"; exit 0; fi\n'
-                   f'exec "{sys.executable}" "$@"\n'),
+        "python": (
+            f'#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = "pip" ]; then echo "pip $*" >> "{log}"; exit 0; fi\n'
+            f'exec "{sys.executable}" "$@"\n'
+        ),
         "gh": f'#!/bin/sh\n{{ printf "gh"; for a in "$@"; do printf "\\t%s" "$a"; done; echo; }} >> "{log}"\n',
     }
     for name, text in scripts.items():
@@ -101,7 +105,9 @@ def _expressions(text: str, context: dict[str, str]) -> str:
 
     def value(match: re.Match) -> str:
         expr = match.group(1).strip()
-        assert expr in context, f"the workflow test does not know the expression ${{{{ {expr} }}}}; add it to the context"
+        assert expr in context, (
+            f"the workflow test does not know the expression ${{{{ {expr} }}}}; add it to the context"
+        )
         return context[expr]
 
     return re.sub(r"\$\{\{(.*?)\}\}", value, text)
@@ -129,17 +135,28 @@ class _Workflow:
 
     def context(self, matrix: dict[str, str]) -> dict[str, str]:
         ctx = {f"matrix.{k}": str(v) for k, v in matrix.items()}
-        ctx.update({"github.event.inputs.models || '*'": DISPATCH_MODELS, "github.workspace": str(self.workspace),
-                    "github.token": "test-token"})
+        ctx.update(
+            {
+                "github.event.inputs.models || '*'": DISPATCH_MODELS,
+                "github.workspace": str(self.workspace),
+                "github.token": "test-token",
+            }
+        )
         return ctx
 
     def env(self, job: dict, context: dict[str, str], output_file: Path) -> dict[str, str]:
         import os
 
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHGAUGE", "GITHUB", "PYTHONPATH"))}
-        env.update({k: _expressions(str(v), context) for k, v in {**self.doc.get("env", {}), **job.get("env", {})}.items()})
-        env.update(PATH=f"{self.tmp / 'bin'}:{env.get('PATH', '')}", GITHUB_OUTPUT=str(output_file),
-                   GITHUB_REPOSITORY="example/torchgauge", XDG_DATA_HOME=str(self.tmp / "xdg"))
+        env.update(
+            {k: _expressions(str(v), context) for k, v in {**self.doc.get("env", {}), **job.get("env", {})}.items()}
+        )
+        env.update(
+            PATH=f"{self.tmp / 'bin'}:{env.get('PATH', '')}",
+            GITHUB_OUTPUT=str(output_file),
+            GITHUB_REPOSITORY="example/torchgauge",
+            XDG_DATA_HOME=str(self.tmp / "xdg"),
+        )
         return env
 
     def run_job(self, name: str, matrix: dict[str, str], *, force: bool = False) -> dict[str, dict[str, str]]:
@@ -157,8 +174,14 @@ class _Workflow:
             output_file = self.tmp / f"output-{name}-{index}"
             output_file.write_text("")
             script = _expressions(step["run"], context)
-            proc = subprocess.run([*GITHUB_SHELL, "-c", script], cwd=self.workspace, env=self.env(job, context, output_file),
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [*GITHUB_SHELL, "-c", script],
+                cwd=self.workspace,
+                env=self.env(job, context, output_file),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             self.executed.add((name, step.get("name", step["run"][:40])))
             cuda_check = "torch.cuda.is_available()" in script and not torch.cuda.is_available()
             cuda_run = "--device cuda" in script and not torch.cuda.is_available()
@@ -167,8 +190,10 @@ class _Workflow:
             elif cuda_run and proc.returncode != 0:  # a GPU shard on a machine without one fails (run exits 4)
                 assert "no run was measured" in proc.stderr and "(exit 4)" in proc.stderr, proc.stderr
             else:
-                assert proc.returncode == 0, (f"job {name} {matrix} step {step.get('name')!r} exited "
-                                              f"{proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+                assert proc.returncode == 0, (
+                    f"job {name} {matrix} step {step.get('name')!r} exited "
+                    f"{proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+                )
             if "id" in step:
                 pairs = (line.split("=", 1) for line in output_file.read_text().splitlines() if "=" in line)
                 outputs[step["id"]] = dict(pairs)
@@ -194,7 +219,9 @@ def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
     # The issue step runs only when compare exits 1; run the compare job again with every
     # step forced so that its script is executed whatever the noise decided.
     flow.run_job("compare", {"kind": "cpu"}, force=True)
-    all_steps = {(name, s.get("name", s["run"][:40])) for name, job in doc["jobs"].items() for s in job["steps"] if "run" in s}
+    all_steps = {
+        (name, s.get("name", s["run"][:40])) for name, job in doc["jobs"].items() for s in job["steps"] if "run" in s
+    }
     assert flow.executed == all_steps
     calls = flow.log.read_text().splitlines()
     gh = [line.split("\t") for line in calls if line.startswith("gh")]

@@ -10,7 +10,9 @@ from torchgauge.workload import SMOKE_BATCH_SIZE, BuildContext, Workload, image_
 
 
 def _ctx(mode="train", size="full", batch_size=4, given=False):
-    return BuildContext(name="t", mode=mode, device=torch.device("cpu"), batch_size=batch_size, size=size, batch_size_given=given)
+    return BuildContext(
+        name="t", mode=mode, device=torch.device("cpu"), batch_size=batch_size, size=size, batch_size_given=given
+    )
 
 
 def test_smoke_clamps_batch_unless_given() -> None:
@@ -39,7 +41,9 @@ def test_finish_sets_mode_and_default_optimizer() -> None:
 
 def test_train_step_updates_and_returns_detached_loss() -> None:
     ctx = _ctx()
-    w = ctx.finish(image_classification(ctx, nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 5)), image_size=8, num_classes=5))
+    w = ctx.finish(
+        image_classification(ctx, nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 5)), image_size=8, num_classes=5)
+    )
     before = [p.clone() for p in w.module.parameters()]
     loss = w.step()
     assert not loss.requires_grad

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 import torchgauge
-from torchgauge import registry
 from torchgauge.registry import UnknownModelError, get_spec
 from torchgauge.results.schema import RunConfig
 from torchgauge.runner import execute
@@ -118,13 +117,18 @@ def test_missing_or_broken_package_is_a_clear_message(monkeypatch, isolated_regi
         raise RuntimeError("operator torchvision::nms does not exist")
 
     monkeypatch.setattr(zoo.importlib, "import_module", broken)
-    with pytest.raises(UnknownModelError, match=r"torchvision is installed but does not import with this torch "
-                                                r"\(RuntimeError: operator torchvision::nms does not exist\)"):
+    with pytest.raises(
+        UnknownModelError,
+        match=r"torchvision is installed but does not import with this torch "
+        r"\(RuntimeError: operator torchvision::nms does not exist\)",
+    ):
         zoo.import_zoo_package("torchvision", "torchvision:resnet50")
 
 
 def test_unknown_zoo_and_empty_name(isolated_registry) -> None:
-    with pytest.raises(UnknownModelError, match="unknown model zoo 'tf'.*accepted: timm:NAME, torchvision:NAME, hf:MODEL_TYPE"):
+    with pytest.raises(
+        UnknownModelError, match="unknown model zoo 'tf'.*accepted: timm:NAME, torchvision:NAME, hf:MODEL_TYPE"
+    ):
         get_spec("tf:resnet50")
     with pytest.raises(UnknownModelError, match="'hf:' names no model; accepted: hf:MODEL_TYPE"):
         get_spec("hf:")
@@ -138,15 +142,19 @@ def _importable(package: str) -> bool:
         return False
 
 
-@pytest.mark.skipif(not _importable("timm"),
-                    reason="timm is not installed or does not import with this torch (no timm build for CPU torch 2.13.0)")
+@pytest.mark.skipif(
+    not _importable("timm"),
+    reason="timm is not installed or does not import with this torch (no timm build for CPU torch 2.13.0)",
+)
 def test_real_timm_resnet(isolated_registry) -> None:
     record = execute(RunConfig("timm:resnet18", mode="eval", size="smoke", batch_size=1, repeat=1, warmup=1))
     assert record.status == "ok", record.error
 
 
-@pytest.mark.skipif(not _importable("torchvision"),
-                    reason="torchvision is not installed or does not import with this torch (no build for CPU torch 2.13.0)")
+@pytest.mark.skipif(
+    not _importable("torchvision"),
+    reason="torchvision is not installed or does not import with this torch (no build for CPU torch 2.13.0)",
+)
 def test_real_torchvision_resnet(isolated_registry) -> None:
     record = execute(RunConfig("torchvision:resnet18", mode="eval", size="smoke", batch_size=1, repeat=1, warmup=1))
     assert record.status == "ok", record.error

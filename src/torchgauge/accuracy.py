@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -190,7 +191,7 @@ def _cosine(a: torch.Tensor, ref: torch.Tensor) -> float | None:
 
 
 # -- running one step ----------------------------------------------------------------------------
-def _observe(workload: "Workload", seed: int) -> list[tuple[str, torch.Tensor]]:
+def _observe(workload: Workload, seed: int) -> list[tuple[str, torch.Tensor]]:
     """One step from the seeded RNG state; eval: its outputs, train: loss and gradients."""
     from .workload import seed_everything
 
@@ -205,7 +206,7 @@ def _observe(workload: "Workload", seed: int) -> list[tuple[str, torch.Tensor]]:
     return leaves
 
 
-def _build(config: "RunConfig", *, precision: str | None, backend: str) -> "Workload":
+def _build(config: RunConfig, *, precision: str | None, backend: str) -> Workload:
     """A fresh workload for ``config``; ``precision=None`` means the fp64 eager reference."""
     from .configure import apply_config, build_workload
     from .precision import apply_channels_last, apply_precision, cast_workload
@@ -220,7 +221,7 @@ def _build(config: "RunConfig", *, precision: str | None, backend: str) -> "Work
     return apply_config(workload, config.with_(precision=precision, backend=backend))
 
 
-def _run(config: "RunConfig", *, precision: str | None, backend: str) -> list[tuple[str, torch.Tensor]]:
+def _run(config: RunConfig, *, precision: str | None, backend: str) -> list[tuple[str, torch.Tensor]]:
     workload = _build(config, precision=precision, backend=backend)
     leaves = [(p, t.detach().clone()) for p, t in _observe(workload, config.seed)]
     del workload
@@ -234,7 +235,7 @@ def _summary(errors: list[LeafError]) -> tuple[float, float, str | None]:
     return max(e.max_abs for e in errors), max(e.max_rel for e in errors), worst.path
 
 
-def check_accuracy(config: "RunConfig") -> dict[str, Any]:
+def check_accuracy(config: RunConfig) -> dict[str, Any]:
     """Check ``config``'s precision and backend against an eager fp64 reference.
 
     Returns:
@@ -251,15 +252,24 @@ def check_accuracy(config: "RunConfig") -> dict[str, Any]:
     reference = _run(config, precision=None, backend="eager")
     eager = _run(config, precision=config.precision, backend="eager")
     eager_again = _run(config, precision=config.precision, backend="eager")
-    record: dict[str, Any] = {"tolerance": tolerance, "reference": "eager fp64",
-                              "compared": sum(1 for _, t in reference if _is_compared(t))}
+    record: dict[str, Any] = {
+        "tolerance": tolerance,
+        "reference": "eager fp64",
+        "compared": sum(1 for _, t in reference if _is_compared(t)),
+    }
 
     repeat_errors = compare_leaves(eager_again, eager, tol)
     if not all(e.within for e in repeat_errors):
         max_abs, max_rel, worst = _summary(repeat_errors)
-        return {**record, "status": "eager_nondeterministic", "max_abs_err": max_abs, "max_rel_err": max_rel,
-                "worst": worst, "eager_max_abs_err": max_abs,
-                "reason": f"two eager {config.precision} runs differ (worst {worst}: {max_abs:.3g})"}
+        return {
+            **record,
+            "status": "eager_nondeterministic",
+            "max_abs_err": max_abs,
+            "max_rel_err": max_rel,
+            "worst": worst,
+            "eager_max_abs_err": max_abs,
+            "reason": f"two eager {config.precision} runs differ (worst {worst}: {max_abs:.3g})",
+        }
 
     eager_errors = compare_leaves(eager, reference, tol)
     if config.backend == "eager":
@@ -268,10 +278,7 @@ def check_accuracy(config: "RunConfig") -> dict[str, Any]:
         candidate = _run_candidate(config)
         cand_errors = compare_leaves(candidate, reference, tol)
         eager_by_path = {e.path: e.max_abs for e in eager_errors}
-        judged = [
-            c.within or c.max_abs <= EAGER_ERROR_MULTIPLIER * eager_by_path.get(c.path, 0.0)
-            for c in cand_errors
-        ]
+        judged = [c.within or c.max_abs <= EAGER_ERROR_MULTIPLIER * eager_by_path.get(c.path, 0.0) for c in cand_errors]
     max_abs, max_rel, worst = _summary(cand_errors)
     passed = all(judged)
     failing = [c for c, ok in zip(cand_errors, judged) if not ok]
@@ -280,11 +287,18 @@ def check_accuracy(config: "RunConfig") -> dict[str, Any]:
         bad = max(failing, key=lambda e: (e.max_rel, e.max_abs))
         reason = f"{len(failing)} of {len(cand_errors)} tensors beyond tolerance; worst {bad.path}: abs {bad.max_abs:.3g}, rel {bad.max_rel:.3g}"
         worst = bad.path
-    return {**record, "status": "pass" if passed else "fail_accuracy", "max_abs_err": max_abs, "max_rel_err": max_rel,
-            "worst": worst, "eager_max_abs_err": _summary(eager_errors)[0], "reason": reason}
+    return {
+        **record,
+        "status": "pass" if passed else "fail_accuracy",
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
+        "worst": worst,
+        "eager_max_abs_err": _summary(eager_errors)[0],
+        "reason": reason,
+    }
 
 
-def _run_candidate(config: "RunConfig") -> list[tuple[str, torch.Tensor]]:
+def _run_candidate(config: RunConfig) -> list[tuple[str, torch.Tensor]]:
     if config.backend != "inductor":
         return _run(config, precision=config.precision, backend=config.backend)
     # Inductor generates its own random numbers; eager-compatible RNG makes dropout comparable.

@@ -61,13 +61,25 @@ class Results:
             t = r.metrics.get("time_ms") or {}
             compile_info = r.metrics.get("compile") if isinstance(r.metrics.get("compile"), dict) else {}
             c = r.config
-            out.append({
-                "model": c.model, "mode": c.mode, "device": c.device, "precision": c.precision, "backend": c.backend,
-                "batch_size": r.batch_size, "size": c.size, "status": r.status, "median_ms": t.get("median"),
-                "iqr_ms": t.get("iqr"), "noisy": t.get("noisy"), "cpu_peak_mb": r.metrics.get("cpu_peak_mb"),
-                "gpu_peak_mb": r.metrics.get("gpu_peak_mb"), "compile_s": compile_info.get("compile_s"),
-                "error": r.error,
-            })
+            out.append(
+                {
+                    "model": c.model,
+                    "mode": c.mode,
+                    "device": c.device,
+                    "precision": c.precision,
+                    "backend": c.backend,
+                    "batch_size": r.batch_size,
+                    "size": c.size,
+                    "status": r.status,
+                    "median_ms": t.get("median"),
+                    "iqr_ms": t.get("iqr"),
+                    "noisy": t.get("noisy"),
+                    "cpu_peak_mb": r.metrics.get("cpu_peak_mb"),
+                    "gpu_peak_mb": r.metrics.get("gpu_peak_mb"),
+                    "compile_s": compile_info.get("compile_s"),
+                    "error": r.error,
+                }
+            )
         return out
 
     def to_pandas(self) -> Any:
@@ -139,9 +151,19 @@ def run(
         load_model_file(path)
     patterns = (models,) if isinstance(models, str) else tuple(models)
     run_options = options if isinstance(options, RunOptions) else RunOptions.from_dict(options or {})
-    configs = plan(Selection(patterns), modes=("train", "eval") if mode == "both" else (mode,), batch_size=batch_size,
-                   device=device, precision=precision, backend=backend, size=size, repeat=repeat, warmup=warmup,
-                   metrics=validate_metrics(tuple(metrics)), options=run_options)
+    configs = plan(
+        Selection(patterns),
+        modes=("train", "eval") if mode == "both" else (mode,),
+        batch_size=batch_size,
+        device=device,
+        precision=precision,
+        backend=backend,
+        size=size,
+        repeat=repeat,
+        warmup=warmup,
+        metrics=validate_metrics(tuple(metrics)),
+        options=run_options,
+    )
     results = ResultsFile(env=collect_env(), torchgauge_version=__version__)
 
     def keep(record: RunRecord) -> None:

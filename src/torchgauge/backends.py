@@ -40,8 +40,9 @@ import importlib.util
 import statistics
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -109,7 +110,9 @@ def register_backend(
     def decorator(fn: BackendFn) -> BackendFn:
         if name in _BACKENDS:
             raise ValueError(f"backend {name!r} is already registered")
-        _BACKENDS[name] = BackendSpec(name, description, fn, compiles, tuple(devices) if devices else None, tuple(accepts))
+        _BACKENDS[name] = BackendSpec(
+            name, description, fn, compiles, tuple(devices) if devices else None, tuple(accepts)
+        )
         return fn
 
     return decorator
@@ -128,8 +131,9 @@ def get_backend(name: str) -> BackendSpec:
         raise ValueError(f"unknown backend {name!r}; accepted: {', '.join(_BACKENDS)}") from None
 
 
-def apply_backend(workload: Workload, name: str, options: RunOptions | Mapping[str, Any] | None = None, *,
-                  warmup: int = 1) -> None:
+def apply_backend(
+    workload: Workload, name: str, options: RunOptions | Mapping[str, Any] | None = None, *, warmup: int = 1
+) -> None:
     """Configure ``workload`` for backend ``name``; sets ``workload.compile_probe`` for compiled ones.
 
     Args:
@@ -244,7 +248,9 @@ class CompileProbe:
         }
         if self.uses_dynamo:
             now = _dynamo_snapshot()
-            record.update({k: now[k] for k in ("graphs", "graph_breaks", "guards", "break_reasons", "dynamo_compile_s")})
+            record.update(
+                {k: now[k] for k in ("graphs", "graph_breaks", "guards", "break_reasons", "dynamo_compile_s")}
+            )
             if self._warm is not None:
                 # Frames compiled after warm-up landed in the timed samples: say so.
                 record["recompiles_after_warmup"] = now["frames"] - self._warm["frames"]
@@ -296,18 +302,28 @@ def _eager(workload: Workload, options: RunOptions) -> None:
     return None
 
 
-@register_backend("inductor", "torch.compile with TorchInductor (compile_mode, dynamic)", accepts=("compile_mode", "dynamic", "compile_scope"))
+@register_backend(
+    "inductor",
+    "torch.compile with TorchInductor (compile_mode, dynamic)",
+    accepts=("compile_mode", "dynamic", "compile_scope"),
+)
 def _inductor(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "inductor", "inductor", options)
 
 
-@register_backend("aot_eager", "dynamo + AOTAutograd, eager kernels (no code generation)", accepts=("dynamic", "compile_scope"))
+@register_backend(
+    "aot_eager", "dynamo + AOTAutograd, eager kernels (no code generation)", accepts=("dynamic", "compile_scope")
+)
 def _aot_eager(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "aot_eager", "aot_eager", options)
 
 
-@register_backend("cudagraphs", "dynamo's CUDA-graph backend: forward captured and replayed", devices=("cuda",),
-                  accepts=("dynamic", "compile_scope"))
+@register_backend(
+    "cudagraphs",
+    "dynamo's CUDA-graph backend: forward captured and replayed",
+    devices=("cuda",),
+    accepts=("dynamic", "compile_scope"),
+)
 def _cudagraphs(workload: Workload, options: RunOptions) -> CompileProbe:
     return _dynamo_compile(workload, "cudagraphs", "cudagraphs", options)
 
@@ -367,8 +383,10 @@ def _optional_dynamo_backend(package: str, dynamo_name: str, name: str) -> Backe
 
 
 if importlib.util.find_spec("onnxruntime") is not None:
-    register_backend("onnxruntime", "dynamo + ONNX Runtime (torch backend 'onnxrt')", accepts=("dynamic", "compile_scope"))(
-        _optional_dynamo_backend("onnxruntime", "onnxrt", "onnxruntime"))
+    register_backend(
+        "onnxruntime", "dynamo + ONNX Runtime (torch backend 'onnxrt')", accepts=("dynamic", "compile_scope")
+    )(_optional_dynamo_backend("onnxruntime", "onnxrt", "onnxruntime"))
 if importlib.util.find_spec("torch_tensorrt") is not None:
     register_backend("tensorrt", "dynamo + Torch-TensorRT", devices=("cuda",), accepts=("dynamic", "compile_scope"))(
-        _optional_dynamo_backend("torch_tensorrt", "tensorrt", "tensorrt"))
+        _optional_dynamo_backend("torch_tensorrt", "tensorrt", "tensorrt")
+    )

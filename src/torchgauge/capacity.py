@@ -9,7 +9,7 @@ before a byte is allocated, instead of swapping the machine to a halt. Smoke siz
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import psutil
 import torch

@@ -74,8 +74,9 @@ class Adaptive:
 
     def __post_init__(self) -> None:
         if isinstance(self.target, bool) or not isinstance(self.target, (int, float)) or not 0 < self.target < 1:
-            raise ConfigError("adaptive", f"adaptive target {self.target!r}; accepted: a fraction between 0 and 1, "
-                                          "e.g. 0.05")
+            raise ConfigError(
+                "adaptive", f"adaptive target {self.target!r}; accepted: a fraction between 0 and 1, e.g. 0.05"
+            )
         if not _is_int(self.max_repeat) or self.max_repeat < 1:
             raise ConfigError("max_repeat", f"adaptive max_repeat {self.max_repeat!r}; accepted: an integer >= 1")
 
@@ -211,8 +212,9 @@ def check_names(precision: str, backend: str) -> None:
         raise ConfigError("backend", f"invalid backend {backend!r}; accepted: {', '.join(BACKENDS)}")
 
 
-def backend_options(backend: str, *, warmup: int | None = None, compile_scope: str = "forward",
-                    **values: Any) -> RunOptions:
+def backend_options(
+    backend: str, *, warmup: int | None = None, compile_scope: str = "forward", **values: Any
+) -> RunOptions:
     """The RunOptions of a run on ``backend``, checked against what the backend accepts.
 
     ``compile_scope`` is recorded for every backend that reads it (the default too) and must
@@ -331,8 +333,11 @@ def plan(
     """
     planned = [k for k in settings if k in _PLANNED_ELSEWHERE or k == "batch_size"]
     if planned:
-        raise ConfigError(planned[0], f"{planned[0]} is planned from the models, modes and batch_size arguments; "
-                                      "accepted: the other RunConfig fields")
+        raise ConfigError(
+            planned[0],
+            f"{planned[0]} is planned from the models, modes and batch_size arguments; "
+            "accepted: the other RunConfig fields",
+        )
     base = (base if base is not None else RunConfig(model="")).with_(**settings)
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
@@ -373,8 +378,9 @@ def _check_base(base: RunConfig) -> None:
         raise ConfigError("warmup", f"invalid warmup {base.warmup!r}; accepted: an integer >= 0")
     adaptive = base.options.adaptive
     if adaptive is not None and adaptive.max_repeat < base.repeat:
-        raise ConfigError("max_repeat", f"adaptive repeats {base.repeat}..{adaptive.max_repeat}; accepted: "
-                                        "repeat <= max_repeat")
+        raise ConfigError(
+            "max_repeat", f"adaptive repeats {base.repeat}..{adaptive.max_repeat}; accepted: repeat <= max_repeat"
+        )
 
 
 def _tuned_batch_sizes(configs: list[RunConfig], store_path: Any, on_note: Callable[[str], None] | None) -> list:
@@ -386,6 +392,8 @@ def _tuned_batch_sizes(configs: list[RunConfig], store_path: Any, on_note: Calla
     name = device_name(configs[0].device)
     configs, missing = apply_tuned_batch_sizes(configs, BatchSizeStore(store_path), name)
     if missing and on_note is not None:
-        on_note(f"no tuned batch size on {name} ({configs[0].size}) for {', '.join(missing)}; "
-                "using the default (run `torchgauge tune-batch` first)")
+        on_note(
+            f"no tuned batch size on {name} ({configs[0].size}) for {', '.join(missing)}; "
+            "using the default (run `torchgauge tune-batch` first)"
+        )
     return configs

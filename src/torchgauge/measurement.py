@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .harness.memory import MemoryProbe
 from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
@@ -59,7 +60,7 @@ def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
     return out
 
 
-def _collect_extra(name: str, workload: "Workload", config: RunConfig, measured: dict[str, Any]) -> None:
+def _collect_extra(name: str, workload: Workload, config: RunConfig, measured: dict[str, Any]) -> None:
     """Run one extra metric's pass; a metric that fails or cannot run is noted, never fatal.
 
     The timings already measured stand: the failure goes to ``metrics["metric_errors"][name]``
@@ -75,7 +76,7 @@ def _collect_extra(name: str, workload: "Workload", config: RunConfig, measured:
         measured.setdefault("metric_errors", {})[name] = f"{type(exc).__name__}: {exc}"
 
 
-def config_for(workload: "Workload", repeat: int, warmup: int, metrics: Iterable[str]) -> RunConfig:
+def config_for(workload: Workload, repeat: int, warmup: int, metrics: Iterable[str]) -> RunConfig:
     """The RunConfig describing an already built workload (library use of ``measure``)."""
     ctx = workload.ctx
     return RunConfig(
@@ -91,7 +92,7 @@ def config_for(workload: "Workload", repeat: int, warmup: int, metrics: Iterable
     )
 
 
-def nonfinite_parameters(workload: "Workload") -> list[str]:
+def nonfinite_parameters(workload: Workload) -> list[str]:
     """Names of the module's floating-point parameters that hold a NaN or an infinity."""
     import torch
 
@@ -102,13 +103,15 @@ def nonfinite_parameters(workload: "Workload") -> list[str]:
     return [n for (n, _), ok in zip(named, finite) if not ok]
 
 
-def _divergence_reason(workload: "Workload", steps: int, precision: str) -> str | None:
+def _divergence_reason(workload: Workload, steps: int, precision: str) -> str | None:
     bad = nonfinite_parameters(workload)
     if not bad:
         return None
     shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-    return (f"training diverged: {len(bad)} parameter tensors hold NaN/inf after {steps} {precision} train steps "
-            f"({shown}); the timings describe NaN arithmetic")
+    return (
+        f"training diverged: {len(bad)} parameter tensors hold NaN/inf after {steps} {precision} train steps "
+        f"({shown}); the timings describe NaN arithmetic"
+    )
 
 
 def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
@@ -134,7 +137,7 @@ def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]
 
 
 def measure(
-    workload: "Workload",
+    workload: Workload,
     repeat: int = 10,
     warmup: int = 3,
     *,
@@ -160,7 +163,7 @@ def measure(
     return measure_run(workload, config_for(workload, repeat, warmup, metrics))
 
 
-def measure_run(workload: "Workload", config: RunConfig) -> RunRecord:
+def measure_run(workload: Workload, config: RunConfig) -> RunRecord:
     """Measure ``workload`` as ``config`` says (``repeat``, ``warmup``, ``metrics``, adaptive
     options) and record it under that configuration.
 
@@ -185,7 +188,9 @@ def measure_run(workload: "Workload", config: RunConfig) -> RunRecord:
     # Attached by torchgauge.backends for compiled backends: compilation must happen in warm-up.
     compile_probe = workload.compile_probe
     if compile_probe is not None and warmup < 1:
-        raise ValueError(f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1")
+        raise ValueError(
+            f"{workload.name} is compiled ({compile_probe.backend}) and compiles in warm-up; accepted: warmup >= 1"
+        )
     at_start = cpu_snapshot()
     t_warm = time.perf_counter()
     warm = timer.warm_up(warmup)

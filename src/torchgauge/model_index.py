@@ -24,8 +24,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .registry import ModelSpec
 
-__all__ = ["INDEX_PATH", "BUILTIN_PREFIX", "build_index", "read_index", "render_index", "spec_entry", "spec_from_entry",
-           "main"]
+__all__ = [
+    "INDEX_PATH",
+    "BUILTIN_PREFIX",
+    "build_index",
+    "read_index",
+    "render_index",
+    "spec_entry",
+    "spec_from_entry",
+    "main",
+]
 
 INDEX_PATH = Path(__file__).resolve().parent / "models" / "_index.json"
 # Modules under this prefix are built in and indexed; user files and plugins are not.
@@ -41,7 +49,7 @@ def _json_value(value: Any) -> bool:
     return True
 
 
-def spec_entry(spec: "ModelSpec") -> dict[str, Any]:
+def spec_entry(spec: ModelSpec) -> dict[str, Any]:
     """Everything in a :class:`ModelSpec` but its builder, as JSON.
 
     ``extra`` keeps only JSON values (e.g. ``torchbench_name``); objects such as a
@@ -67,7 +75,7 @@ def spec_entry(spec: "ModelSpec") -> dict[str, Any]:
     }
 
 
-def spec_from_entry(entry: dict[str, Any]) -> "ModelSpec":
+def spec_from_entry(entry: dict[str, Any]) -> ModelSpec:
     """The :class:`ModelSpec` an index entry describes, with no builder (its module is not imported)."""
     from .registry import ModelSpec
 
@@ -105,12 +113,16 @@ def build_index() -> list[dict[str, Any]]:
     import_all()
     if IMPORT_ERRORS:
         failed = ", ".join(sorted(IMPORT_ERRORS))
-        raise ImportError(f"model packages failed to import ({failed}); fix them before indexing:\n"
-                          + "\n".join(IMPORT_ERRORS.values()))
+        raise ImportError(
+            f"model packages failed to import ({failed}); fix them before indexing:\n"
+            + "\n".join(IMPORT_ERRORS.values())
+        )
     specs = [get_spec(n) for n in list_models()]
     # builder None: listed by the current index but registered by no module any more
-    return sorted((spec_entry(s) for s in specs if s.module.startswith(BUILTIN_PREFIX) and s.builder is not None),
-                  key=lambda e: e["name"])
+    return sorted(
+        (spec_entry(s) for s in specs if s.module.startswith(BUILTIN_PREFIX) and s.builder is not None),
+        key=lambda e: e["name"],
+    )
 
 
 def render_index(entries: list[dict[str, Any]]) -> str:
@@ -125,8 +137,10 @@ def read_index(path: Path = INDEX_PATH) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     if doc.get("version") != INDEX_VERSION:
-        raise ValueError(f"{path}: index version {doc.get('version')!r}; accepted: {INDEX_VERSION} "
-                         "(regenerate with `python -m torchgauge.model_index`)")
+        raise ValueError(
+            f"{path}: index version {doc.get('version')!r}; accepted: {INDEX_VERSION} "
+            "(regenerate with `python -m torchgauge.model_index`)"
+        )
     return doc["models"]
 
 

@@ -133,8 +133,9 @@ def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return t.to(dtype)
     if t.is_complex():
         if dtype not in _COMPLEX_OF:
-            raise UnsupportedError(f"complex tensors have no {dtype} counterpart; accepted: "
-                                   + ", ".join(str(d) for d in _COMPLEX_OF))
+            raise UnsupportedError(
+                f"complex tensors have no {dtype} counterpart; accepted: " + ", ".join(str(d) for d in _COMPLEX_OF)
+            )
         return t.to(_COMPLEX_OF[dtype])
     return t
 
@@ -229,4 +230,3 @@ def _amp(workload: Workload) -> None:
     if workload.mode == "train" and dtype == torch.float16:
         # fp16 gradients underflow without loss scaling; Workload.train_step uses it.
         workload.grad_scaler = torch.amp.GradScaler(device.type)
-

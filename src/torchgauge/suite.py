@@ -15,8 +15,15 @@ from typing import Any
 from .config import RunConfig
 from .results.schema import PASSING_STATUSES, ResultsFile, RunRecord
 
-__all__ = ["DEVICE_MISSING_EXIT_CODE", "SelectionError", "select_models", "parse_shard", "run_and_save",
-           "default_output_path", "exit_code"]
+__all__ = [
+    "DEVICE_MISSING_EXIT_CODE",
+    "SelectionError",
+    "select_models",
+    "parse_shard",
+    "run_and_save",
+    "default_output_path",
+    "exit_code",
+]
 
 # Exit code when every selected run was skipped because the requested device is missing:
 # a GPU job scheduled on a machine without a GPU must not pass green.
@@ -123,8 +130,12 @@ def run_and_save(
 
     configs = list(configs)
     executor = executor if executor is not None else LocalExecutor()
-    results = ResultsFile(env=env if env is not None else executor.environment(), torchgauge_version=__version__,
-                          complete=False, planned=configs)
+    results = ResultsFile(
+        env=env if env is not None else executor.environment(),
+        torchgauge_version=__version__,
+        complete=False,
+        planned=configs,
+    )
 
     def save(record: RunRecord) -> None:
         results.runs.append(record)

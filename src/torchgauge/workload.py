@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -117,7 +118,7 @@ class BuildContext:
             return torch.optim.AdamW(params, lr=lr, **kwargs)
         raise ValueError(f"unknown optimizer {kind!r}; accepted: sgd, adam, adamw")
 
-    def finish(self, workload: "Workload") -> "Workload":
+    def finish(self, workload: Workload) -> Workload:
         """Validate what a builder returned and put it in its mode on the device."""
         if not isinstance(workload, Workload):
             raise TypeError(f"builder of {self.name} returned {type(workload).__name__}, expected a Workload")
@@ -273,7 +274,9 @@ class Workload:
         self.targets = pytree.tree_map(apply, self.targets)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name}, mode={self.mode}, device={self.device}, batch_size={self.batch_size})"
+        return (
+            f"{type(self).__name__}({self.name}, mode={self.mode}, device={self.device}, batch_size={self.batch_size})"
+        )
 
 
 # -- reusable task helpers: a model declaration stays a few lines ------------------------------
@@ -311,5 +314,6 @@ def language_modeling(
     def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
-    return Workload(ctx, module, (ids[:, :-1].contiguous(),), ids[:, 1:].contiguous(), loss_fn=next_token_loss, optimizer=opt)
-
+    return Workload(
+        ctx, module, (ids[:, :-1].contiguous(),), ids[:, 1:].contiguous(), loss_fn=next_token_loss, optimizer=opt
+    )

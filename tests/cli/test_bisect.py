@@ -35,6 +35,18 @@ def test_unknown_model_names_close_matches(cli):
 
 
 def test_git_range_errors(cli, tmp_path):
-    code, _, err = cli("bisect", "planted_ok", "--model-file", PLANTED, "--repo", str(tmp_path), "--good", "HEAD~1",
-                       "--bad", "HEAD", "--build", "true")
+    code, _, err = cli(
+        "bisect",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--repo",
+        str(tmp_path),
+        "--good",
+        "HEAD~1",
+        "--bad",
+        "HEAD",
+        "--build",
+        "true",
+    )
     assert code != 0 and "is not a commit of" in err

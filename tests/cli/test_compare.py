@@ -12,16 +12,30 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.results.store import Store
 
 
-def _results(levels: dict[str, float], *, seed: int, status: dict[str, str] | None = None, git: str = "g") -> ResultsFile:
+def _results(
+    levels: dict[str, float], *, seed: int, status: dict[str, str] | None = None, git: str = "g"
+) -> ResultsFile:
     rng = random.Random(seed)
     runs = []
     for model, level in levels.items():
         st = (status or {}).get(model, "ok")
-        metrics = {"time_ms": {"samples": [level * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(10)]},
-                   "cpu_peak_mb": 300.0} if st == "ok" else {}
-        runs.append(RunRecord(RunConfig(model, mode="eval"), st, metrics=metrics, batch_size=2,
-                              error="RuntimeError: it broke" if st != "ok" else None))
-    return ResultsFile(env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1"}, runs=runs)
+        metrics = (
+            {"time_ms": {"samples": [level * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(10)]}, "cpu_peak_mb": 300.0}
+            if st == "ok"
+            else {}
+        )
+        runs.append(
+            RunRecord(
+                RunConfig(model, mode="eval"),
+                st,
+                metrics=metrics,
+                batch_size=2,
+                error="RuntimeError: it broke" if st != "ok" else None,
+            )
+        )
+    return ResultsFile(
+        env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1"}, runs=runs
+    )
 
 
 @pytest.fixture
@@ -68,13 +82,16 @@ def test_threshold_forms_and_new_failures(cli, files, tmp_path) -> None:
     assert code == 1 and "new failure: b/eval" in err and "RuntimeError: it broke" in err
 
 
-@pytest.mark.parametrize("args,msg", [
-    (("--threshold", "-5%"), "must be positive"),
-    (("--threshold", "1"), "ambiguous"),
-    (("--alpha", "2"), "accepted: 0 < alpha < 1"),
-    (("--correction", "bonferroni"), "'bonferroni' is not one of"),
-    (("--baseline-python", "python3"), "need --confirm"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (("--threshold", "-5%"), "must be positive"),
+        (("--threshold", "1"), "ambiguous"),
+        (("--alpha", "2"), "accepted: 0 < alpha < 1"),
+        (("--correction", "bonferroni"), "'bonferroni' is not one of"),
+        (("--baseline-python", "python3"), "need --confirm"),
+    ],
+)
 def test_bad_options_are_one_line_errors(cli, files, args, msg) -> None:
     base, new = files
     code, _, err = cli("compare", str(base), str(new), *args)
@@ -107,8 +124,14 @@ def test_stored_runs_latest_previous_and_ids(cli, files, tmp_path) -> None:
 def test_an_underpowered_slowdown_exits_3_unless_allowed(cli, tmp_path) -> None:
     # issue 17: --repeat 3 made a 3.4x slowdown pass as "0 regression(s)", exit 0
     def side(level: float, path) -> str:
-        runs = [RunRecord(RunConfig("m", mode="eval"), "ok", batch_size=2,
-                          metrics={"time_ms": {"samples": [level, level * 1.01, level * 0.99]}})]
+        runs = [
+            RunRecord(
+                RunConfig("m", mode="eval"),
+                "ok",
+                batch_size=2,
+                metrics={"time_ms": {"samples": [level, level * 1.01, level * 0.99]}},
+            )
+        ]
         ResultsFile(env={"machine_fingerprint": "m1"}, runs=runs).write(path)
         return str(path)
 

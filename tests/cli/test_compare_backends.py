@@ -10,29 +10,52 @@ import pytest
 
 from .conftest import PLANTED
 
-_spec = importlib.util.spec_from_file_location("results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py")
+_spec = importlib.util.spec_from_file_location(
+    "results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py"
+)
 factory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(factory)
 
-COMPILE = {"compile_s": 7.5, "first_iter_ms": 500.0, "steady_ms": 2.0, "graphs": 1, "graph_breaks": 1,
-           "guards": 3, "break_reasons": ["data-dependent branch"]}
+COMPILE = {
+    "compile_s": 7.5,
+    "first_iter_ms": 500.0,
+    "steady_ms": 2.0,
+    "graphs": 1,
+    "graph_breaks": 1,
+    "guards": 3,
+    "break_reasons": ["data-dependent branch"],
+}
 
 
 @pytest.fixture
 def files(tmp_path):
     r = factory.run
-    base = factory.write_results(tmp_path / "eager.json", [
-        r("m1", "train", time_ms=10.0, cpu_mb=400.0, gpu_mb=100.0), r("m1", "eval", time_ms=4.0, cpu_mb=200.0, gpu_mb=50.0),
-        r("m2", "train", time_ms=10.0, cpu_mb=400.0, gpu_mb=100.0), r("m2", "eval", time_ms=4.0, cpu_mb=200.0, gpu_mb=50.0),
-        r("m3", "eval", time_ms=4.0),
-    ])
-    cand = factory.write_results(tmp_path / "inductor.json", [
-        r("m1", "train", backend="inductor", time_ms=5.0, cpu_mb=100.0, gpu_mb=150.0, compile=COMPILE),
-        r("m1", "eval", backend="inductor", time_ms=1.0, cpu_mb=100.0, gpu_mb=100.0, compile=COMPILE),
-        r("m2", "train", backend="inductor", time_ms=8.0, cpu_mb=400.0, gpu_mb=600.0, compile=COMPILE),
-        r("m2", "eval", backend="inductor", time_ms=4.0, cpu_mb=50.0, gpu_mb=50.0, compile=COMPILE),
-        r("m3", "eval", backend="inductor", status="error", error="Traceback ...\nBackendCompilerFailed: lowering failed"),
-    ])
+    base = factory.write_results(
+        tmp_path / "eager.json",
+        [
+            r("m1", "train", time_ms=10.0, cpu_mb=400.0, gpu_mb=100.0),
+            r("m1", "eval", time_ms=4.0, cpu_mb=200.0, gpu_mb=50.0),
+            r("m2", "train", time_ms=10.0, cpu_mb=400.0, gpu_mb=100.0),
+            r("m2", "eval", time_ms=4.0, cpu_mb=200.0, gpu_mb=50.0),
+            r("m3", "eval", time_ms=4.0),
+        ],
+    )
+    cand = factory.write_results(
+        tmp_path / "inductor.json",
+        [
+            r("m1", "train", backend="inductor", time_ms=5.0, cpu_mb=100.0, gpu_mb=150.0, compile=COMPILE),
+            r("m1", "eval", backend="inductor", time_ms=1.0, cpu_mb=100.0, gpu_mb=100.0, compile=COMPILE),
+            r("m2", "train", backend="inductor", time_ms=8.0, cpu_mb=400.0, gpu_mb=600.0, compile=COMPILE),
+            r("m2", "eval", backend="inductor", time_ms=4.0, cpu_mb=50.0, gpu_mb=50.0, compile=COMPILE),
+            r(
+                "m3",
+                "eval",
+                backend="inductor",
+                status="error",
+                error="Traceback ...\nBackendCompilerFailed: lowering failed",
+            ),
+        ],
+    )
     return base, cand
 
 
@@ -50,7 +73,7 @@ def test_from_files_json_has_known_ratios_and_geomeans(cli, files, tmp_path) -> 
     assert rows["m1", "eval"]["ratios"]["time"] == 0.25 and rows["m2", "eval"]["ratios"]["time"] == 1.0
     assert rows["m1", "train"]["compile_s"] == 7.5 and rows["m1", "train"]["graph_breaks"] == 1
     g = doc["geomeans"]
-    assert g["train"]["time"] == {"geomean": pytest.approx(0.4 ** 0.5), "n": 2}
+    assert g["train"]["time"] == {"geomean": pytest.approx(0.4**0.5), "n": 2}
     assert g["train"]["cpu_mem"]["geomean"] == pytest.approx(0.5)
     assert g["train"]["gpu_mem"]["geomean"] == pytest.approx(3.0)
     assert g["eval"]["time"]["geomean"] == pytest.approx(0.5)
@@ -78,8 +101,9 @@ def test_one_file_with_both_backends(cli, files, tmp_path) -> None:
     both["runs"] += json.loads(cand.read_text())["runs"]
     one = tmp_path / "both.json"
     one.write_text(json.dumps(both))
-    code, stdout, err = cli("compare-backends", "--from", str(one), str(one), "--baseline", "eager",
-                            "--candidate", "inductor", "--json")
+    code, stdout, err = cli(
+        "compare-backends", "--from", str(one), str(one), "--baseline", "eager", "--candidate", "inductor", "--json"
+    )
     assert code == 0, err
     assert len(json.loads(stdout)["rows"]) == 4
     code, _, err = cli("compare-backends", "--from", str(one), str(one))
@@ -121,16 +145,39 @@ def test_live_mode_runs_both_backends_and_keeps_their_results(cli, tmp_path, mon
     from torchgauge import configure
 
     # aot_eager when registered: a real second backend without code generation (fast to compile).
-    candidate = "aot_eager" if "aot_eager" in configure.BACKENDS else next((b for b in configure.BACKENDS if b != "eager"), None)
+    candidate = (
+        "aot_eager"
+        if "aot_eager" in configure.BACKENDS
+        else next((b for b in configure.BACKENDS if b != "eager"), None)
+    )
     if candidate is None:
         # No second backend registered yet: pretend one is accepted; its runs then end as a
         # status (unsupported) and must be reported as candidate failures, not crash the command.
         candidate = "aot_eager"
         monkeypatch.setattr(configure, "BACKENDS", configure.BACKENDS + (candidate,))
     results_dir = tmp_path / "res"
-    code, stdout, err = cli("compare-backends", "planted_ok", "--model-file", PLANTED, "--baseline", "eager",
-                            "--candidate", candidate, "--mode", "eval", "--size", "smoke", "--repeat", "2",
-                            "--warmup", "1", "--results-dir", str(results_dir), "--json", "--quiet")
+    code, stdout, err = cli(
+        "compare-backends",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--baseline",
+        "eager",
+        "--candidate",
+        candidate,
+        "--mode",
+        "eval",
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--results-dir",
+        str(results_dir),
+        "--json",
+        "--quiet",
+    )
     assert code == 0, err
     doc = json.loads(stdout)
     files = sorted(results_dir.glob("backends-*.json"))

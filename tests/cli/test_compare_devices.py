@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py")
+_spec = importlib.util.spec_from_file_location(
+    "results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py"
+)
 factory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(factory)
 
@@ -16,18 +18,30 @@ _spec.loader.exec_module(factory)
 @pytest.fixture
 def files(tmp_path):
     r = factory.run
-    a = factory.write_results(tmp_path / "a100.json", [
-        r("m1", "train", device="cuda", time_ms=10.0), r("m1", "eval", device="cuda", time_ms=4.0),
-        r("m2", "train", device="cuda", time_ms=40.0), r("m2", "eval", device="cuda", time_ms=1.0),
-        r("m3", "eval", device="cuda", time_ms=5.0),
-        r("m4", "eval", device="cuda", status="timeout", error="timed out after 900 s"),
-    ], env=factory.ENV_GPU)
-    b = factory.write_results(tmp_path / "mi210.json", [
-        r("m1", "train", device="cuda", time_ms=20.0), r("m1", "eval", device="cuda", time_ms=1.0),
-        r("m2", "train", device="cuda", time_ms=10.0), r("m2", "eval", device="cuda", time_ms=4.0),
-        r("m4", "eval", device="cuda", time_ms=5.0),
-        r("m9", "eval", device="cuda", time_ms=5.0),
-    ], env=factory.ENV_CPU)
+    a = factory.write_results(
+        tmp_path / "a100.json",
+        [
+            r("m1", "train", device="cuda", time_ms=10.0),
+            r("m1", "eval", device="cuda", time_ms=4.0),
+            r("m2", "train", device="cuda", time_ms=40.0),
+            r("m2", "eval", device="cuda", time_ms=1.0),
+            r("m3", "eval", device="cuda", time_ms=5.0),
+            r("m4", "eval", device="cuda", status="timeout", error="timed out after 900 s"),
+        ],
+        env=factory.ENV_GPU,
+    )
+    b = factory.write_results(
+        tmp_path / "mi210.json",
+        [
+            r("m1", "train", device="cuda", time_ms=20.0),
+            r("m1", "eval", device="cuda", time_ms=1.0),
+            r("m2", "train", device="cuda", time_ms=10.0),
+            r("m2", "eval", device="cuda", time_ms=4.0),
+            r("m4", "eval", device="cuda", time_ms=5.0),
+            r("m9", "eval", device="cuda", time_ms=5.0),
+        ],
+        env=factory.ENV_CPU,
+    )
     return a, b
 
 
@@ -40,13 +54,20 @@ def test_json_output_has_known_ratios_geomeans_and_wins(cli, files, tmp_path) ->
     assert doc == json.loads(report.read_text())
     assert (doc["a"], doc["b"]) == ("a100", "mi210")
     assert {(r["model"], r["mode"]): r["ratio"] for r in doc["rows"]} == {
-        ("m1", "train"): 0.5, ("m1", "eval"): 4.0, ("m2", "train"): 4.0, ("m2", "eval"): 0.25}
-    assert doc["geomeans"]["train"] == {"geomean": pytest.approx(2 ** 0.5), "n": 2}
+        ("m1", "train"): 0.5,
+        ("m1", "eval"): 4.0,
+        ("m2", "train"): 4.0,
+        ("m2", "eval"): 0.25,
+    }
+    assert doc["geomeans"]["train"] == {"geomean": pytest.approx(2**0.5), "n": 2}
     assert doc["geomeans"]["eval"] == {"geomean": pytest.approx(1.0), "n": 2}
     assert doc["wins"] == {"train": {"a": 1, "b": 1, "ties": 0}, "eval": {"a": 1, "b": 1, "ties": 0}}
     why = {u["model"]: u["detail"] for u in doc["unmatched"]}
-    assert why == {"m3": "missing in mi210", "m4": "failed in a100: timeout (timed out after 900 s)",
-                   "m9": "missing in a100"}
+    assert why == {
+        "m3": "missing in mi210",
+        "m4": "failed in a100: timeout (timed out after 900 s)",
+        "m9": "missing in a100",
+    }
 
 
 def test_tables_and_chart(cli, files, tmp_path) -> None:

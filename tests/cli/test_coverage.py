@@ -7,8 +7,17 @@ from .conftest import PLANTED
 
 def test_coverage_command_reports_and_survives_failures(cli, tmp_path) -> None:
     out = tmp_path / "cov.json"
-    code, stdout, err = cli("coverage", "planted_ok", "planted_eval_only", "planted_raises", "--model-file", PLANTED,
-                            "--output", str(out), "--quiet")
+    code, stdout, err = cli(
+        "coverage",
+        "planted_ok",
+        "planted_eval_only",
+        "planted_raises",
+        "--model-file",
+        PLANTED,
+        "--output",
+        str(out),
+        "--quiet",
+    )
     assert code == 0, err
     doc = json.loads(out.read_text())
     assert set(doc["models"]) == {"planted_ok", "planted_eval_only"}

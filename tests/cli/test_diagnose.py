@@ -20,8 +20,18 @@ def test_diagnose_json_lists_findings_with_sources(cli) -> None:
 
 
 def test_diagnose_table_and_trace_export(cli, tmp_path) -> None:
-    code, stdout, err = cli("diagnose", "planted_bug_zero_loop", "--model-file", FIXTURE, "--size", "smoke",
-                            "--mode", "train", "--profile", str(tmp_path))
+    code, stdout, err = cli(
+        "diagnose",
+        "planted_bug_zero_loop",
+        "--model-file",
+        FIXTURE,
+        "--size",
+        "smoke",
+        "--mode",
+        "train",
+        "--profile",
+        str(tmp_path),
+    )
     assert code == 0, err
     assert "launch_storm" in stdout and "aten::zero_" in stdout and "torch._foreach_zero_" in err
     (trace,) = tmp_path.iterdir()
@@ -30,8 +40,9 @@ def test_diagnose_table_and_trace_export(cli, tmp_path) -> None:
 
 
 def test_clean_model_has_no_findings(cli) -> None:
-    code, stdout, err = cli("diagnose", "planted_clean_nosync", "--model-file", FIXTURE, "--size", "smoke",
-                            "--mode", "eval")
+    code, stdout, err = cli(
+        "diagnose", "planted_clean_nosync", "--model-file", FIXTURE, "--size", "smoke", "--mode", "eval"
+    )
     assert code == 0 and "no findings" in " ".join(err.split())
 
 

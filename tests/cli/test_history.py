@@ -11,9 +11,13 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord, load_re
 
 def _file(path, level: float, git: str, *, status: str = "ok") -> None:
     metrics = {"time_ms": {"samples": [level * f for f in (0.99, 1.0, 1.01)], "median": level}, "cpu_peak_mb": 400.0}
-    runs = [RunRecord(RunConfig("resnet18", mode="eval"), status, metrics=metrics if status == "ok" else {}, batch_size=2),
-            RunRecord(RunConfig("resnet18", mode="train"), "ok", metrics={"time_ms": {"samples": [50.0], "median": 50.0}})]
-    ResultsFile(env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1"}, runs=runs).write(path)
+    runs = [
+        RunRecord(RunConfig("resnet18", mode="eval"), status, metrics=metrics if status == "ok" else {}, batch_size=2),
+        RunRecord(RunConfig("resnet18", mode="train"), "ok", metrics={"time_ms": {"samples": [50.0], "median": 50.0}}),
+    ]
+    ResultsFile(
+        env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1"}, runs=runs
+    ).write(path)
 
 
 @pytest.fixture
@@ -94,16 +98,50 @@ def test_run_stores_each_finished_run(cli, tmp_path) -> None:
 
     planted = str(Path("tests/fixtures/planted_models.py").resolve())
     db = tmp_path / "h.sqlite"
-    code, _, err = cli("run", "planted_ok", "planted_raises", "--model-file", planted, "--size", "smoke", "--mode", "eval",
-                       "--repeat", "2", "--warmup", "1", "--output", str(tmp_path / "r.json"), "--db", str(db),
-                       "--in-process")  # in-process: the store hook is the same, without a worker start-up
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "planted_raises",
+        "--model-file",
+        planted,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--output",
+        str(tmp_path / "r.json"),
+        "--db",
+        str(db),
+        "--in-process",
+    )  # in-process: the store hook is the same, without a worker start-up
     assert code == 1 and "stored as run 1" in err
     with Store(db, create=False) as store:
         stored = store.load(1)
     assert {r.config.model: r.status for r in stored.runs} == {"planted_ok": "ok", "planted_raises": "error"}
     assert len(stored.runs[0].metrics["time_ms"]["samples"]) == 2 and stored.env["torch_version"]
-    code, _, err = cli("run", "planted_ok", "--model-file", planted, "--size", "smoke", "--mode", "eval", "--repeat", "2",
-                       "--output", str(tmp_path / "r2.json"), "--db", str(db), "--no-db", "-q", "--in-process")
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "--model-file",
+        planted,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "2",
+        "--output",
+        str(tmp_path / "r2.json"),
+        "--db",
+        str(db),
+        "--no-db",
+        "-q",
+        "--in-process",
+    )
     assert code == 0 and "stored as run" not in err
 
 

@@ -13,10 +13,14 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord  # noqa:
 
 def _night(path, level: float, git: str) -> str:
     metrics = {"time_ms": {"samples": [level * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]}, "cpu_peak_mb": 300.0}
-    runs = [RunRecord(RunConfig("resnet18", mode=mode), "ok", domain="vision", metrics=metrics, batch_size=4)
-            for mode in ("train", "eval")]
-    ResultsFile(env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1",
-                     "hostname": "box"}, runs=runs).write(path)
+    runs = [
+        RunRecord(RunConfig("resnet18", mode=mode), "ok", domain="vision", metrics=metrics, batch_size=4)
+        for mode in ("train", "eval")
+    ]
+    ResultsFile(
+        env={"torch_version": "2.13.0", "torch_git_version": git, "machine_fingerprint": "m1", "hostname": "box"},
+        runs=runs,
+    ).write(path)
     return str(path)
 
 
@@ -25,16 +29,37 @@ def test_report_from_files_and_from_db(cli, tmp_path) -> None:
     code, _, err = cli("report", *files, "--output", str(tmp_path / "site"))
     assert code == 0 and "wrote 3 pages (1 models" in err
     index = (tmp_path / "site" / "index.html").read_text()
-    assert index.count('class="verdict v-regression"') == 2 and (tmp_path / "site" / "assets" / "plotly.min.js").is_file()
+    assert (
+        index.count('class="verdict v-regression"') == 2 and (tmp_path / "site" / "assets" / "plotly.min.js").is_file()
+    )
     db = tmp_path / "h.sqlite"
     assert cli("import", *files, "--db", str(db))[0] == 0
     coverage = tmp_path / "cov.json"
-    coverage.write_text(json.dumps({"summary": {"apis": {"suite": 3, "tagged": 1, "ratio": 3.0, "cover_subset": []},
-                                                "ops": {"suite": 5, "tagged": 2, "ratio": 2.5, "cover_subset": []},
-                                                "per_domain": {"vision": {"models": 1, "apis": 3, "ops": 5}},
-                                                "against": "mlperf"}}))
-    code, _, err = cli("report", "--db", str(db), "-o", str(tmp_path / "site2"), "--coverage", str(coverage),
-                       "--threshold", "50%", "--title", "nightly <cpu>")
+    coverage.write_text(
+        json.dumps(
+            {
+                "summary": {
+                    "apis": {"suite": 3, "tagged": 1, "ratio": 3.0, "cover_subset": []},
+                    "ops": {"suite": 5, "tagged": 2, "ratio": 2.5, "cover_subset": []},
+                    "per_domain": {"vision": {"models": 1, "apis": 3, "ops": 5}},
+                    "against": "mlperf",
+                }
+            }
+        )
+    )
+    code, _, err = cli(
+        "report",
+        "--db",
+        str(db),
+        "-o",
+        str(tmp_path / "site2"),
+        "--coverage",
+        str(coverage),
+        "--threshold",
+        "50%",
+        "--title",
+        "nightly <cpu>",
+    )
     assert code == 0
     index = (tmp_path / "site2" / "index.html").read_text()
     assert "v-regression" not in index and "v-inconclusive" not in index  # +30% is under a 50% threshold

@@ -9,12 +9,27 @@ from .conftest import PLANTED
 
 def test_run_writes_results_with_samples(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, stdout, err = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--repeat", "4",
-                            "--warmup", "1", "--output", str(out))
+    code, stdout, err = cli(
+        "run",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "4",
+        "--warmup",
+        "1",
+        "--output",
+        str(out),
+    )
     assert code == 0, err
     doc = json.loads(out.read_text())
     assert doc["schema_version"] == 1 and doc["env"]["torch_version"]
-    assert [(r["model"], r["mode"], r["status"]) for r in doc["runs"]] == [("planted_ok", "train", "ok"), ("planted_ok", "eval", "ok")]
+    assert [(r["model"], r["mode"], r["status"]) for r in doc["runs"]] == [
+        ("planted_ok", "train", "ok"),
+        ("planted_ok", "eval", "ok"),
+    ]
     for run in doc["runs"]:
         assert len(run["metrics"]["time_ms"]["samples"]) == 4
         for key in ("median", "min", "max", "iqr"):
@@ -26,8 +41,22 @@ def test_run_writes_results_with_samples(cli, tmp_path) -> None:
 
 def test_run_failure_sets_exit_code_and_keeps_others(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, _, _ = cli("run", "planted_ok", "planted_raises", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval",
-                     "--repeat", "2", "--output", str(out), "--quiet")
+    code, _, _ = cli(
+        "run",
+        "planted_ok",
+        "planted_raises",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "2",
+        "--output",
+        str(out),
+        "--quiet",
+    )
     assert code == 1
     runs = json.loads(out.read_text())["runs"]
     assert {r["model"]: r["status"] for r in runs} == {"planted_ok": "ok", "planted_raises": "error"}
@@ -35,8 +64,24 @@ def test_run_failure_sets_exit_code_and_keeps_others(cli, tmp_path) -> None:
 
 def test_diverged_training_fails_the_run_but_keeps_its_timings(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, _, _ = cli("run", "planted_diverges", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode",
-                     "train", "--repeat", "2", "--warmup", "1", "--output", str(out), "--quiet")
+    code, _, _ = cli(
+        "run",
+        "planted_diverges",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--mode",
+        "train",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--output",
+        str(out),
+        "--quiet",
+    )
     assert code == 1  # a fast wrong answer fails the suite
     runs = {r["model"]: r for r in json.loads(out.read_text())["runs"]}
     assert runs["planted_ok"]["status"] == "ok"
@@ -46,8 +91,20 @@ def test_diverged_training_fails_the_run_but_keeps_its_timings(cli, tmp_path) ->
 
 
 def test_run_json_output(cli, tmp_path) -> None:
-    code, stdout, _ = cli("run", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke", "--repeat", "2",
-                          "--output", str(tmp_path / "r.json"), "--json", "--quiet")
+    code, stdout, _ = cli(
+        "run",
+        "planted_eval_only",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--output",
+        str(tmp_path / "r.json"),
+        "--json",
+        "--quiet",
+    )
     doc = json.loads(stdout)
     assert code == 0  # unsupported train mode does not fail the suite
     assert [r["status"] for r in doc["runs"]] == ["unsupported", "ok"]
@@ -78,8 +135,24 @@ def test_shard_splits_models(cli, tmp_path) -> None:
     seen = set()
     for i in (1, 2):
         out = tmp_path / f"s{i}.json"
-        code, _, _ = cli("run", "planted_ok", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke",
-                         "--mode", "eval", "--repeat", "1", "--shard", f"{i}/2", "--output", str(out), "--quiet")
+        code, _, _ = cli(
+            "run",
+            "planted_ok",
+            "planted_eval_only",
+            "--model-file",
+            PLANTED,
+            "--size",
+            "smoke",
+            "--mode",
+            "eval",
+            "--repeat",
+            "1",
+            "--shard",
+            f"{i}/2",
+            "--output",
+            str(out),
+            "--quiet",
+        )
         assert code == 0
         models = {r["model"] for r in json.loads(out.read_text())["runs"]}
         assert len(models) == 1 and not (models & seen)
@@ -89,8 +162,26 @@ def test_shard_splits_models(cli, tmp_path) -> None:
 
 def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, _, err = cli("run", "planted_ok", "planted_raises", "--model-file", PLANTED, "--size", "smoke", "--mode",
-                       "eval", "--repeat", "2", "--warmup", "1", "--rounds", "3", "--output", str(out), "--quiet")
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "planted_raises",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--rounds",
+        "3",
+        "--output",
+        str(out),
+        "--quiet",
+    )
     doc = json.loads(out.read_text())
     assert [r["model"] for r in doc["runs"]] == ["planted_ok", "planted_raises"] * 3  # round-major
     assert all(r["threads"]["intra_op"] == 1 for r in doc["runs"] if r["status"] == "ok")
@@ -98,15 +189,34 @@ def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli,
 
 def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, _, err = cli("run", "planted_ok", "planted_eval_only", "--model-file", PLANTED, "--size", "smoke",
-                       "--repeat", "2", "--warmup", "1", "--jobs", "2", "--output", str(out))
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "planted_eval_only",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--jobs",
+        "2",
+        "--output",
+        str(out),
+    )
     assert code == 0, err
     assert "--jobs 2: runs overlap" in err and "timings are not" in err
     assert "[1/4]" in err and "[4/4]" in err and "eta" in err  # count lines, piped output included
     assert "4 of 4 runs in" in err and "3 ok, 1 unsupported" in err
     doc = json.loads(out.read_text())
     assert sorted((p["model"], p["mode"]) for p in doc["planned"]) == [
-        ("planted_eval_only", "eval"), ("planted_eval_only", "train"), ("planted_ok", "eval"), ("planted_ok", "train")]
+        ("planted_eval_only", "eval"),
+        ("planted_eval_only", "train"),
+        ("planted_ok", "eval"),
+        ("planted_ok", "train"),
+    ]
     assert len(doc["runs"]) == 4
     for run in doc["runs"]:  # where each run's wall time went (benchmarks/suite_wall.py sums these)
         if run["status"] == "ok":
@@ -117,11 +227,30 @@ def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:
 
 def test_run_adaptive_repeats(cli, tmp_path) -> None:
     out = tmp_path / "r.json"
-    code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval", "--repeat", "5",
-                       "--adaptive", "0.5", "--max-repeat", "30", "--output", str(out), "--quiet")
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--mode",
+        "eval",
+        "--repeat",
+        "5",
+        "--adaptive",
+        "0.5",
+        "--max-repeat",
+        "30",
+        "--output",
+        str(out),
+        "--quiet",
+    )
     assert code == 0, err
     (run,) = json.loads(out.read_text())["runs"]
     assert run["options"]["adaptive"] == {"target": 0.5, "max_repeat": 30}
-    assert 5 <= len(run["metrics"]["time_ms"]["samples"]) <= 30 and run["metrics"]["time_ms"]["stopping"]["target"] == 0.5
+    assert (
+        5 <= len(run["metrics"]["time_ms"]["samples"]) <= 30 and run["metrics"]["time_ms"]["stopping"]["target"] == 0.5
+    )
     code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--adaptive", "2", "--output", str(out))
     assert code == 2 and "accepted: a fraction between 0 and 1" in err

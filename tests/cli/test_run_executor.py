@@ -25,6 +25,16 @@ def test_bad_executor_options_get_one_line_errors(cli, tmp_path, args, message) 
 
 def test_unreachable_cluster_is_one_line(cli, tmp_path) -> None:
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'torchgauge[ray]')")
-    code, _, err = cli("run", "planted_ok", "--executor", "ray", "--address", "127.0.0.1:1", "--model-file", PLANTED,
-                       "--output", str(tmp_path / "r.json"))
+    code, _, err = cli(
+        "run",
+        "planted_ok",
+        "--executor",
+        "ray",
+        "--address",
+        "127.0.0.1:1",
+        "--model-file",
+        PLANTED,
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert code == 1 and "cannot connect to the Ray cluster at 127.0.0.1:1" in err and "Traceback" not in err

@@ -7,9 +7,27 @@ import pytest
 
 def test_scale_sweep_runs_grid_and_fits(cli, tmp_path) -> None:
     out, runs, plot = tmp_path / "fit.json", tmp_path / "runs.json", tmp_path / "scale.png"
-    code, stdout, err = cli("scale", "dlrm", "--vary", "embedding_dim=4,8,16", "--mode", "eval", "--size", "smoke",
-                            "--repeat", "2", "--warmup", "1", "--output", str(out), "--results", str(runs),
-                            "--plot", str(plot), "--quiet")
+    code, stdout, err = cli(
+        "scale",
+        "dlrm",
+        "--vary",
+        "embedding_dim=4,8,16",
+        "--mode",
+        "eval",
+        "--size",
+        "smoke",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--output",
+        str(out),
+        "--results",
+        str(runs),
+        "--plot",
+        str(plot),
+        "--quiet",
+    )
     assert code == 0, err
     doc = json.loads(out.read_text())
     assert doc["axes"] == {"embedding_dim": [4, 8, 16]}

@@ -6,8 +6,13 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 
 
 def _write(tmp_path):
-    rec = RunRecord(RunConfig("m", mode="eval"), "ok", domain="other", batch_size=2,
-                    metrics={"time_ms": {"samples": [1.0, 2.0], "median": 1.5, "iqr": 0.5}, "cpu_peak_mb": 10.0})
+    rec = RunRecord(
+        RunConfig("m", mode="eval"),
+        "ok",
+        domain="other",
+        batch_size=2,
+        metrics={"time_ms": {"samples": [1.0, 2.0], "median": 1.5, "iqr": 0.5}, "cpu_peak_mb": 10.0},
+    )
     bad = RunRecord(RunConfig("n", mode="train"), "error", error="Traceback...\nValueError: boom")
     path = tmp_path / "r.json"
     ResultsFile(env={"torch_version": "2.13.0", "cpu_model": "X"}, runs=[rec, bad]).write(path)

@@ -41,13 +41,36 @@ def test_oom_ends_the_search_and_the_best_throughput_is_chosen(cli, tmp_path) ->
     # run --batch-size auto: eval takes the tuned size, train keeps its default, an untuned
     # model keeps its default with a warning
     out = tmp_path / "r.json"
-    code, _, err = cli("run", "planted_batch_oom", "planted_ok", "--model-file", BATCH_MODELS, "--model-file", PLANTED,
-                       "--size", "smoke", "--repeat", "1", "--warmup", "0", "--batch-size", "auto",
-                       "--batch-store", str(store), "--output", str(out), "--quiet")
+    code, _, err = cli(
+        "run",
+        "planted_batch_oom",
+        "planted_ok",
+        "--model-file",
+        BATCH_MODELS,
+        "--model-file",
+        PLANTED,
+        "--size",
+        "smoke",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--batch-size",
+        "auto",
+        "--batch-store",
+        str(store),
+        "--output",
+        str(out),
+        "--quiet",
+    )
     assert code == 0, err
     used = {(r["model"], r["mode"]): r["batch_size"] for r in json.loads(out.read_text())["runs"]}
-    assert used == {("planted_batch_oom", "train"): 2, ("planted_batch_oom", "eval"): 4,
-                    ("planted_ok", "train"): 2, ("planted_ok", "eval"): 2}
+    assert used == {
+        ("planted_batch_oom", "train"): 2,
+        ("planted_batch_oom", "eval"): 4,
+        ("planted_ok", "train"): 2,
+        ("planted_ok", "eval"): 2,
+    }
     assert "no tuned batch size" in err and "planted_ok" in err
 
 
@@ -69,7 +92,9 @@ def test_max_batch_budget_and_failures_end_the_search(cli, tmp_path) -> None:
 
 
 def test_table_output_marks_the_choice(cli, tmp_path) -> None:
-    code, out, err = cli("tune-batch", "planted_batch_oom", *FAST, "--max-batch", "2", "--store", str(tmp_path / "s.json"))
+    code, out, err = cli(
+        "tune-batch", "planted_batch_oom", *FAST, "--max-batch", "2", "--store", str(tmp_path / "s.json")
+    )
     assert code == 0, err
     assert "<- chosen" in out and "stopped by max_batch" in out
     assert "batch sizes stored in" in err
@@ -95,9 +120,27 @@ def test_bad_store_and_auto_errors(cli, tmp_path) -> None:
     bad.write_text('{"something": 1}')
     code, _, err = cli("tune-batch", "planted_batch_oom", *FAST, "--store", str(bad))
     assert code == 1 and "is not a batch-size store" in err
-    code, _, err = cli("run", "planted_batch_oom", "--model-file", BATCH_MODELS, "--batch-size", "auto",
-                       "--batch-store", str(bad), "--output", str(tmp_path / "r.json"))
+    code, _, err = cli(
+        "run",
+        "planted_batch_oom",
+        "--model-file",
+        BATCH_MODELS,
+        "--batch-size",
+        "auto",
+        "--batch-store",
+        str(bad),
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert code == 1 and "is not a batch-size store" in err
-    code, _, err = cli("run", "planted_batch_oom", "--model-file", BATCH_MODELS, "--batch-size", "big",
-                       "--output", str(tmp_path / "r.json"))
+    code, _, err = cli(
+        "run",
+        "planted_batch_oom",
+        "--model-file",
+        BATCH_MODELS,
+        "--batch-size",
+        "big",
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert code == 2 and "accepted: an integer >= 1 or 'auto'" in err

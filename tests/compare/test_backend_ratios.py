@@ -11,7 +11,9 @@ from torchgauge.compare.backend_ratios import compare_backends, select_backend
 from torchgauge.compare.matching import CompareError
 from torchgauge.results.schema import RunRecord
 
-_spec = importlib.util.spec_from_file_location("results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py")
+_spec = importlib.util.spec_from_file_location(
+    "results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py"
+)
 factory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(factory)
 
@@ -20,8 +22,15 @@ def _recs(*docs) -> list[RunRecord]:
     return [RunRecord.from_dict(d) for d in docs]
 
 
-COMPILE = {"compile_s": 12.5, "first_iter_ms": 900.0, "steady_ms": 5.0, "graphs": 1, "graph_breaks": 2,
-           "guards": 10, "break_reasons": []}
+COMPILE = {
+    "compile_s": 12.5,
+    "first_iter_ms": 900.0,
+    "steady_ms": 5.0,
+    "graphs": 1,
+    "graph_breaks": 2,
+    "guards": 10,
+    "break_reasons": [],
+}
 
 
 def _pair():
@@ -73,8 +82,10 @@ def test_ratios_geomeans_compile_time_and_failures() -> None:
 def test_accuracy_failure_is_flagged_and_left_out_of_geomeans() -> None:
     base = _recs(factory.run("m1", time_ms=10.0), factory.run("m2", time_ms=10.0))
     bad = {"status": "fail_accuracy", "max_abs_err": 0.5, "max_rel_err": 0.1, "tolerance": {}}
-    cand = _recs(factory.run("m1", backend="inductor", time_ms=5.0),
-                 factory.run("m2", backend="inductor", time_ms=1.0, accuracy=bad))
+    cand = _recs(
+        factory.run("m1", backend="inductor", time_ms=5.0),
+        factory.run("m2", backend="inductor", time_ms=1.0, accuracy=bad),
+    )
     cmp = compare_backends(base, cand, baseline="eager", candidate="inductor")
     assert [r.model for r in cmp.failed_accuracy] == ["m2"]
     assert cmp.geomeans["eval"]["time"] == {"geomean": pytest.approx(0.5), "n": 1}
@@ -83,8 +94,10 @@ def test_accuracy_failure_is_flagged_and_left_out_of_geomeans() -> None:
 
 def test_fail_accuracy_status_keeps_time_but_not_geomean() -> None:
     base = _recs(factory.run("m1", time_ms=10.0), factory.run("m2", time_ms=10.0))
-    cand = _recs(factory.run("m1", backend="inductor", time_ms=5.0),
-                 factory.run("m2", backend="inductor", time_ms=1.0, status="fail_accuracy"))
+    cand = _recs(
+        factory.run("m1", backend="inductor", time_ms=5.0),
+        factory.run("m2", backend="inductor", time_ms=1.0, status="fail_accuracy"),
+    )
     cmp = compare_backends(base, cand, baseline="eager", candidate="inductor")
     assert {r.model: r.ratios["time"] for r in cmp.rows} == {"m1": 0.5, "m2": 0.1}
     assert cmp.geomeans["eval"]["time"]["n"] == 1
@@ -119,14 +132,17 @@ def test_mode_unsupported_on_both_sides_is_not_a_failure() -> None:
 
 def test_runs_pair_on_batch_size_and_precision() -> None:
     base = _recs(factory.run("m1", batch_size=8, actual_batch=8), factory.run("m1", precision="bf16"))
-    cand = _recs(factory.run("m1", backend="inductor", batch_size=16, actual_batch=16),
-                 factory.run("m1", backend="inductor", precision="bf16", time_ms=5.0))
+    cand = _recs(
+        factory.run("m1", backend="inductor", batch_size=16, actual_batch=16),
+        factory.run("m1", backend="inductor", precision="bf16", time_ms=5.0),
+    )
     cmp = compare_backends(base, cand, baseline="eager", candidate="inductor")
     assert [(r.precision, r.ratios["time"]) for r in cmp.rows] == [("bf16", 0.5)]
     assert sorted(u.config for u in cmp.unmatched) == ["m1/eval/cpu/fp32/bs=16", "m1/eval/cpu/fp32/bs=8"]
     detail = {u.config: u.detail for u in cmp.unmatched}
-    assert detail["m1/eval/cpu/fp32/bs=8"] == ("missing in inductor (it has m1/eval/cpu/fp32/bs=16, "
-                                               "m1/eval/cpu/bf16/bs=default)")
+    assert detail["m1/eval/cpu/fp32/bs=8"] == (
+        "missing in inductor (it has m1/eval/cpu/fp32/bs=16, m1/eval/cpu/bf16/bs=default)"
+    )
 
 
 def test_default_batch_sizes_that_differ_are_reported() -> None:
@@ -151,8 +167,10 @@ def test_select_backend_and_bad_input() -> None:
 
 def test_small_differences_read_as_same() -> None:
     base = _recs(factory.run("m1", time_ms=10.0), factory.run("m2", time_ms=10.0))
-    cand = _recs(factory.run("m1", backend="inductor", time_ms=10.3),  # 3%: under the threshold
-                 factory.run("m2", backend="inductor", time_ms=10.0))
+    cand = _recs(
+        factory.run("m1", backend="inductor", time_ms=10.3),  # 3%: under the threshold
+        factory.run("m2", backend="inductor", time_ms=10.0),
+    )
     cmp = compare_backends(base, cand, baseline="eager", candidate="inductor")
     assert [r.verdict for r in cmp.rows] == ["same", "same"]
     assert cmp.rows[0].ratios["time"] == pytest.approx(1.03)

@@ -27,8 +27,9 @@ def test_repeated_runs_count_as_changed_when_their_hashes_differ() -> None:
 def test_note_names_each_model_once_and_says_what_it_means() -> None:
     assert code_change_note([]) is None
     configs = [RunConfig("b", mode="eval"), RunConfig("b", mode="train"), RunConfig("e", mode="eval")]
-    assert code_change_note(configs) == ("model code changed: b, e — a difference there may be the model edit, "
-                                         "not the stack")
+    assert code_change_note(configs) == (
+        "model code changed: b, e — a difference there may be the model edit, not the stack"
+    )
     many = [RunConfig(f"m{i}", mode="eval") for i in range(CODE_CHANGE_MODELS_SHOWN + 2)]
     assert "m9 and 2 more —" in code_change_note(many)
 

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from torchgauge.compare.matching import (CompareError, config_key, config_label, match_groups, match_runs,
-                                         representative)
+from torchgauge.compare.matching import CompareError, config_key, config_label, match_groups, match_runs, representative
 from torchgauge.results.schema import RunConfig, RunRecord
 
 
-def _rec(model: str, status: str = "ok", *, mode: str = "eval", device: str = "cpu", backend: str = "eager",
-         bs: int | None = None, actual: int | None = 2, error: str | None = None) -> RunRecord:
-    return RunRecord(RunConfig(model, mode=mode, device=device, backend=backend, batch_size=bs), status,
-                     error=error, batch_size=actual)
+def _rec(
+    model: str,
+    status: str = "ok",
+    *,
+    mode: str = "eval",
+    device: str = "cpu",
+    backend: str = "eager",
+    bs: int | None = None,
+    actual: int | None = 2,
+    error: str | None = None,
+) -> RunRecord:
+    return RunRecord(
+        RunConfig(model, mode=mode, device=device, backend=backend, batch_size=bs),
+        status,
+        error=error,
+        batch_size=actual,
+    )
 
 
 def test_config_key_drops_the_compared_axes() -> None:
@@ -32,7 +44,12 @@ def test_match_groups_pairs_every_run_of_a_configuration() -> None:
     new = [_rec("a"), _rec("b"), _rec("b"), _rec("b"), _rec("fresh"), _rec("flaky")]
     groups = match_groups(base, new)
     assert [(g.key[0], len(g.base), len(g.new)) for g in groups] == [
-        ("a", 2, 1), ("b", 1, 3), ("gone", 1, 0), ("flaky", 2, 1), ("fresh", 0, 1)]
+        ("a", 2, 1),
+        ("b", 1, 3),
+        ("gone", 1, 0),
+        ("flaky", 2, 1),
+        ("fresh", 0, 1),
+    ]
     by_model = {g.key[0]: g for g in groups}
     assert by_model["a"].unmatched is None and by_model["b"].unmatched is None
     assert (by_model["gone"].unmatched.reason, by_model["gone"].unmatched.side) == ("missing", "new")
@@ -49,8 +66,12 @@ def test_match_groups_reasons_follow_the_single_run_pairing() -> None:
     single = match_runs(base, new, key=config_key, label=config_label)
     grouped = [g.unmatched for g in match_groups(base, new)]
     assert single.pairs == [] and single.unmatched == grouped
-    assert [(u.model, u.reason) for u in grouped] == [("u", "unsupported"), ("bs", "batch_mismatch"),
-                                                      ("m", "missing"), ("m", "missing")]
+    assert [(u.model, u.reason) for u in grouped] == [
+        ("u", "unsupported"),
+        ("bs", "batch_mismatch"),
+        ("m", "missing"),
+        ("m", "missing"),
+    ]
     assert grouped[2].detail == "missing in new (it has m/eval/cpu/fp32/eager/bs=8)"
 
 

@@ -10,14 +10,28 @@ from torchgauge.compare.regression import FINDING_KEYS, compare_results, parse_t
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 
 
-def _run(model: str, level: float | None = 10.0, *, mode: str = "eval", status: str = "ok", rel_sd: float = 0.01,
-         seed: int = 0, n: int = 10, **metrics) -> RunRecord:
+def _run(
+    model: str,
+    level: float | None = 10.0,
+    *,
+    mode: str = "eval",
+    status: str = "ok",
+    rel_sd: float = 0.01,
+    seed: int = 0,
+    n: int = 10,
+    **metrics,
+) -> RunRecord:
     rng = random.Random(f"{model}/{mode}/{level}/{seed}")  # str seeds are stable across processes
     m = dict(metrics)
     if level is not None and status in ("ok", "fail_accuracy"):
         m["time_ms"] = {"samples": [level * (1 + rel_sd * rng.gauss(0, 1)) for _ in range(n)]}
-    return RunRecord(RunConfig(model, mode=mode), status, metrics=m if status == "ok" else {},
-                     error="Traceback\nValueError: boom" if status == "error" else None, batch_size=2)
+    return RunRecord(
+        RunConfig(model, mode=mode),
+        status,
+        metrics=m if status == "ok" else {},
+        error="Traceback\nValueError: boom" if status == "error" else None,
+        batch_size=2,
+    )
 
 
 def _rf(*runs: RunRecord, env: dict | None = None) -> ResultsFile:
@@ -26,7 +40,9 @@ def _rf(*runs: RunRecord, env: dict | None = None) -> ResultsFile:
 
 def test_time_regression_improvement_and_unchanged() -> None:
     base = _rf(_run("slow", 10), _run("fast", 10), _run("same", 10), _run("small", 10))
-    new = _rf(_run("slow", 11.5, seed=1), _run("fast", 8.0, seed=1), _run("same", 10, seed=1), _run("small", 10.3, seed=1))
+    new = _rf(
+        _run("slow", 11.5, seed=1), _run("fast", 8.0, seed=1), _run("same", 10, seed=1), _run("small", 10.3, seed=1)
+    )
     cmp = compare_results(base, new, threshold=0.07, alpha=0.01)
     assert [(f.config.model, f.metric) for f in cmp.regressions] == [("slow", "time_ms")]
     assert [(f.config.model, f.metric) for f in cmp.improvements] == [("fast", "time_ms")]
@@ -50,10 +66,16 @@ def test_correction_makes_marginal_regression_unchanged() -> None:
 
 
 def test_memory_threshold_floor_and_leak() -> None:
-    base = _rf(_run("a", 10, cpu_peak_mb=1000.0, gpu_peak_mb=0.2, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.0}),
-               _run("b", 10, cpu_peak_mb=1000.0, leak={"leaking": True, "cpu_growth_mb_per_iter": 3.0}))
-    new = _rf(_run("a", 10, seed=1, cpu_peak_mb=1100.0, gpu_peak_mb=0.4, leak={"leaking": True, "cpu_growth_mb_per_iter": 2.5}),
-              _run("b", 10, seed=1, cpu_peak_mb=1050.0, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.01}))
+    base = _rf(
+        _run("a", 10, cpu_peak_mb=1000.0, gpu_peak_mb=0.2, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.0}),
+        _run("b", 10, cpu_peak_mb=1000.0, leak={"leaking": True, "cpu_growth_mb_per_iter": 3.0}),
+    )
+    new = _rf(
+        _run(
+            "a", 10, seed=1, cpu_peak_mb=1100.0, gpu_peak_mb=0.4, leak={"leaking": True, "cpu_growth_mb_per_iter": 2.5}
+        ),
+        _run("b", 10, seed=1, cpu_peak_mb=1050.0, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.01}),
+    )
     cmp = compare_results(base, new, threshold=0.07)
     assert {(f.config.model, f.metric) for f in cmp.regressions} == {("a", "cpu_peak_mb"), ("a", "leak")}
     assert {(f.config.model, f.metric) for f in cmp.improvements} == {("b", "leak")}
@@ -64,10 +86,25 @@ def test_memory_threshold_floor_and_leak() -> None:
 
 
 def test_deterministic_counts_threshold_and_changed_ops() -> None:
-    base = _rf(_run("q", 10, instructions={"per_step": 1_000_000, "steps": 2, "tool": "callgrind"},
-                    op_counts={"total": 100, "by_op": {"aten::mm": 60, "aten::add": 40}}, flops={"total": 5000}))
-    new = _rf(_run("q", 10, seed=1, instructions={"per_step": 10_000_000, "steps": 2, "tool": "callgrind"},
-                   op_counts={"total": 130, "by_op": {"aten::mm": 60, "aten::add": 40, "aten::copy_": 30}}, flops={"total": 5100}))
+    base = _rf(
+        _run(
+            "q",
+            10,
+            instructions={"per_step": 1_000_000, "steps": 2, "tool": "callgrind"},
+            op_counts={"total": 100, "by_op": {"aten::mm": 60, "aten::add": 40}},
+            flops={"total": 5000},
+        )
+    )
+    new = _rf(
+        _run(
+            "q",
+            10,
+            seed=1,
+            instructions={"per_step": 10_000_000, "steps": 2, "tool": "callgrind"},
+            op_counts={"total": 130, "by_op": {"aten::mm": 60, "aten::add": 40, "aten::copy_": 30}},
+            flops={"total": 5100},
+        )
+    )
     cmp = compare_results(base, new, threshold=0.07)
     regs = {f.metric: f for f in cmp.regressions}
     # default count thresholds (stats.deterministic): the +2% FLOPs change counts too
@@ -81,19 +118,37 @@ def test_deterministic_counts_threshold_and_changed_ops() -> None:
 
 
 def test_statuses_new_failures_fixes_and_unmatched() -> None:
-    base = _rf(_run("breaks"), _run("heals", status="error"), _run("gone"), _run("both_bad", status="error"),
-               _run("unsup"), _run("bs"))
+    base = _rf(
+        _run("breaks"),
+        _run("heals", status="error"),
+        _run("gone"),
+        _run("both_bad", status="error"),
+        _run("unsup"),
+        _run("bs"),
+    )
     new_bs = _run("bs", seed=1)
     new_bs.batch_size = 4
-    new = _rf(_run("breaks", status="error"), _run("heals", seed=1), _run("fresh"), _run("both_bad", status="timeout"),
-              _run("unsup", status="unsupported"), new_bs)
+    new = _rf(
+        _run("breaks", status="error"),
+        _run("heals", seed=1),
+        _run("fresh"),
+        _run("both_bad", status="timeout"),
+        _run("unsup", status="unsupported"),
+        new_bs,
+    )
     cmp = compare_results(base, new)
     assert [(s.config.model, s.base_status, s.new_status, s.error) for s in cmp.new_failures] == [
-        ("breaks", "ok", "error", "ValueError: boom")]
+        ("breaks", "ok", "error", "ValueError: boom")
+    ]
     assert [(s.config.model, s.base_status, s.new_status) for s in cmp.fixes] == [("heals", "error", "ok")]
     reasons = {(u.model, u.reason, u.side) for u in cmp.unmatched}
-    assert reasons == {("gone", "missing", "new"), ("fresh", "missing", "base"), ("both_bad", "failed", None),
-                       ("unsup", "failed", "new"), ("bs", "batch_mismatch", None)}
+    assert reasons == {
+        ("gone", "missing", "new"),
+        ("fresh", "missing", "base"),
+        ("both_bad", "failed", None),
+        ("unsup", "failed", "new"),
+        ("bs", "batch_mismatch", None),
+    }
     assert not cmp.has_regressions  # failures are reported separately; the CLI decides the exit code
 
 
@@ -118,14 +173,25 @@ def test_ordering_and_validation() -> None:
     assert empty.compared == 0 and not empty.has_regressions
 
 
-@pytest.mark.parametrize("text,value", [("7%", 0.07), ("0.07", 0.07), ("7", 0.07), (" 12.5% ", 0.125), ("150", 1.5),
-                                        ("100%", 1.0), (0.05, 0.05)])
+@pytest.mark.parametrize(
+    "text,value",
+    [("7%", 0.07), ("0.07", 0.07), ("7", 0.07), (" 12.5% ", 0.125), ("150", 1.5), ("100%", 1.0), (0.05, 0.05)],
+)
 def test_parse_threshold(text, value) -> None:
     assert parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text,msg", [("-7%", "must be positive"), ("0", "must be positive"), ("1", "ambiguous"),
-                                      ("seven", "accepted"), ("nan", "must be positive"), ("%", "accepted")])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("-7%", "must be positive"),
+        ("0", "must be positive"),
+        ("1", "ambiguous"),
+        ("seven", "accepted"),
+        ("nan", "must be positive"),
+        ("%", "accepted"),
+    ],
+)
 def test_parse_threshold_rejects(text, msg) -> None:
     with pytest.raises(ValueError, match=msg):
         parse_threshold(text)
@@ -164,16 +230,18 @@ def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> Non
     small = compare_results(_rf(mem("m", 400.0)), _rf(mem("m", 430.0)))  # +7.5%, 30 MiB > floor 20
     assert [f.metric for f in small.regressions] == ["cpu_peak_mb"] and small.regressions[0].detail["floor_mb"] == 20.0
     # several processes a side whose own values spread 40 MiB: a 30 MiB move is noise
-    noisy = compare_results(_rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)),
-                            _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0)))
+    noisy = compare_results(
+        _rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)), _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0))
+    )
     assert not noisy.regressions
     assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks
 
 
 def test_time_signal_cpu_tests_the_process_cpu_time() -> None:
     def rec(wall, cpu):
-        return RunRecord(RunConfig("m", mode="eval"), "ok", batch_size=2,
-                         metrics={"time_ms": {"samples": wall, "cpu_samples": cpu}})
+        return RunRecord(
+            RunConfig("m", mode="eval"), "ok", batch_size=2, metrics={"time_ms": {"samples": wall, "cpu_samples": cpu}}
+        )
 
     steady = [10.0 + 0.01 * i for i in range(10)]
     # the candidate ran descheduled (wall x3) but its CPU time per step did not change
@@ -191,7 +259,9 @@ def test_compare_says_when_the_sides_ran_with_different_threads() -> None:
 
     def side(threads):
         samples = {"time_ms": {"samples": [10.0, 10.1, 9.9, 10.0, 10.2]}}
-        return ResultsFile(env={}, runs=[RunRecord(RunConfig("m", mode="eval"), "ok", metrics=samples, threads=threads)])
+        return ResultsFile(
+            env={}, runs=[RunRecord(RunConfig("m", mode="eval"), "ok", metrics=samples, threads=threads)]
+        )
 
     one, two, old = side({"intra_op": 1}), side({"intra_op": 2}), side(None)
     assert threads_note(one, side({"intra_op": 1})) is None

@@ -23,12 +23,14 @@ def ray_cluster(tmp_path_factory, fixture_module):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'torchgauge[ray]')")
     local_ray_cluster = fixture_module("local_ray_cluster")
     markers = tmp_path_factory.mktemp("markers")
-    cluster = local_ray_cluster.LocalRayCluster(env={
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
-        "TG_MARKER_DIR": str(markers),
-        "TORCHGAUGE_CORE_LOCK_DIR": str(tmp_path_factory.mktemp("core-locks")),
-        "OMP_NUM_THREADS": "1",
-    })
+    cluster = local_ray_cluster.LocalRayCluster(
+        env={
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+            "TG_MARKER_DIR": str(markers),
+            "TORCHGAUGE_CORE_LOCK_DIR": str(tmp_path_factory.mktemp("core-locks")),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
     try:
         cluster.start()
         cluster.add_node("a", cpus=1)

@@ -17,9 +17,14 @@ def test_local_executor_runs_isolated_and_streams() -> None:
     executor = create_executor("local")
     assert isinstance(executor, LocalExecutor) and executor.environment()["machine_fingerprint"]
     seen: list = []
-    records = executor.run([RunConfig("planted_raises", size="smoke"), RunConfig("planted_ok", mode="eval", size="smoke",
-                                                                             repeat=2, warmup=1)],
-                           RunnerOptions(timeout_s=120, model_files=(PLANTED,)), on_result=seen.append)
+    records = executor.run(
+        [
+            RunConfig("planted_raises", size="smoke"),
+            RunConfig("planted_ok", mode="eval", size="smoke", repeat=2, warmup=1),
+        ],
+        RunnerOptions(timeout_s=120, model_files=(PLANTED,)),
+        on_result=seen.append,
+    )
     assert [r.status for r in records] == ["error", "ok"] and len(seen) == 2
 
 
@@ -34,6 +39,10 @@ def test_runs_counted_per_host() -> None:
     def rec(env):
         return RunRecord(RunConfig("m"), "ok", env=env)
 
-    records = [rec(None), rec({"hostname": "a", "ray_node_id": "0123456789"}), rec({"hostname": "a", "ray_node_id": "0123456789"}),
-               rec({"hostname": "b"})]
+    records = [
+        rec(None),
+        rec({"hostname": "a", "ray_node_id": "0123456789"}),
+        rec({"hostname": "a", "ray_node_id": "0123456789"}),
+        rec({"hostname": "b"}),
+    ]
     assert count_runs_by_host(records) == {"a (node 01234567)": 2, "b": 1, "local": 1}

@@ -30,9 +30,13 @@ def _run(cluster, configs, tmp_path, *, timeout_s: float = 60.0, memory_limit_mb
     streamed: list = []
     executor = RayExecutor(RayOptions(address=cluster.address), on_note=notes.append)
     try:
-        results = run_and_save(configs, RunnerOptions(timeout_s=timeout_s, memory_limit_mb=memory_limit_mb,
-                                                      model_files=MODEL_FILES),
-                               tmp_path / "results.json", executor=executor, on_result=streamed.append)
+        results = run_and_save(
+            configs,
+            RunnerOptions(timeout_s=timeout_s, memory_limit_mb=memory_limit_mb, model_files=MODEL_FILES),
+            tmp_path / "results.json",
+            executor=executor,
+            on_result=streamed.append,
+        )
     finally:
         executor.close()
     return results, streamed, notes
@@ -50,15 +54,28 @@ def _worker_node_ids(cluster) -> set[str]:
 
 @pytest.mark.slow
 def test_suite_across_nodes_keeps_statuses_isolation_and_pinning(ray_cluster, tmp_path) -> None:
-    configs = [_config("planted_hangs"), _config("planted_ok", "train"), _config("planted_ok"), _config("planted_raises"),
-               _config("planted_unsupported"), _config("planted_allocates"), _config("planted_reports_cores"),
-               _config("planted_reports_cores", "train")]
+    configs = [
+        _config("planted_hangs"),
+        _config("planted_ok", "train"),
+        _config("planted_ok"),
+        _config("planted_raises"),
+        _config("planted_unsupported"),
+        _config("planted_allocates"),
+        _config("planted_reports_cores"),
+        _config("planted_reports_cores", "train"),
+    ]
     results, streamed, _ = _run(ray_cluster, configs, tmp_path, timeout_s=15.0, memory_limit_mb=600)
     status = {(r.config.model, r.config.mode): r.status for r in results.runs}
-    assert status == {("planted_hangs", "eval"): "timeout", ("planted_ok", "train"): "ok", ("planted_ok", "eval"): "ok",
-                      ("planted_raises", "eval"): "error", ("planted_unsupported", "eval"): "unsupported",
-                      ("planted_allocates", "eval"): "oom", ("planted_reports_cores", "eval"): "ok",
-                      ("planted_reports_cores", "train"): "ok"}
+    assert status == {
+        ("planted_hangs", "eval"): "timeout",
+        ("planted_ok", "train"): "ok",
+        ("planted_ok", "eval"): "ok",
+        ("planted_raises", "eval"): "error",
+        ("planted_unsupported", "eval"): "unsupported",
+        ("planted_allocates", "eval"): "oom",
+        ("planted_reports_cores", "eval"): "ok",
+        ("planted_reports_cores", "train"): "ok",
+    }
     # Streamed as they returned, into the file in the same order; nothing kept back to the end.
     on_disk = load_results(tmp_path / "results.json")
     assert [r.to_dict() for r in on_disk.runs] == [r.to_dict() for r in streamed] and len(streamed) == len(configs)
@@ -95,14 +112,36 @@ def test_cli_runs_on_the_cluster_into_postgres(ray_cluster, pg_url, tmp_path, ca
     from torchgauge.results.stores import open_store
 
     out = tmp_path / "r.json"
-    code = main(["run", "planted_ok", "--executor", "ray", "--address", ray_cluster.address, "--model-file", MODEL_FILES[0],
-                 "--size", "smoke", "--repeat", "2", "--warmup", "1", "--output", str(out), "--db", pg_url])
+    code = main(
+        [
+            "run",
+            "planted_ok",
+            "--executor",
+            "ray",
+            "--address",
+            ray_cluster.address,
+            "--model-file",
+            MODEL_FILES[0],
+            "--size",
+            "smoke",
+            "--repeat",
+            "2",
+            "--warmup",
+            "1",
+            "--output",
+            str(out),
+            "--db",
+            pg_url,
+        ]
+    )
     captured = capsys.readouterr()
     said = captured.out + captured.err
     assert code == 0 and "runs per host: " in said and "stored as run 1 in postgresql://" in said
     with open_store(pg_url, create=False) as store:
         stored = store.load(store.resolve("latest"))
-    assert sorted(r.config.mode for r in stored.runs) == ["eval", "train"] and all(r.status == "ok" for r in stored.runs)
+    assert sorted(r.config.mode for r in stored.runs) == ["eval", "train"] and all(
+        r.status == "ok" for r in stored.runs
+    )
     assert all(r.env["ray_node_id"] for r in stored.runs)  # each run's node, kept in the history
     assert stored.env["machine_fingerprint"] == load_results(out).env["machine_fingerprint"]
 
@@ -111,8 +150,9 @@ def test_cli_runs_on_the_cluster_into_postgres(ray_cluster, pg_url, tmp_path, ca
 def test_node_killed_mid_run_is_retried_on_another_node(ray_cluster, tmp_path) -> None:
     configs = [_config("planted_lost_once"), _config("planted_ok"), _config("planted_ok", "train")]
     outcome: dict = {}
-    thread = threading.Thread(target=lambda: outcome.update(zip(("results", "streamed", "notes"),
-                                                                 _run(ray_cluster, configs, tmp_path))))
+    thread = threading.Thread(
+        target=lambda: outcome.update(zip(("results", "streamed", "notes"), _run(ray_cluster, configs, tmp_path)))
+    )
     thread.start()
     marker = ray_cluster.markers / "lost_once"
     deadline = time.monotonic() + 180

@@ -26,8 +26,9 @@ class _Matmul(nn.Module):
 
 
 def _matmul(ctx) -> Workload:
-    return Workload(ctx, _Matmul(), (ctx.randn(ctx.batch_size, 64),), ctx.randn(ctx.batch_size, 64),
-                    loss_fn=nn.functional.mse_loss)
+    return Workload(
+        ctx, _Matmul(), (ctx.randn(ctx.batch_size, 64),), ctx.randn(ctx.batch_size, 64), loss_fn=nn.functional.mse_loss
+    )
 
 
 class _LeakyWorkload(Workload):

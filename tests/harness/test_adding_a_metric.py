@@ -13,15 +13,22 @@ from torchgauge.compare.backend_ratios import compare_backends
 from torchgauge.compare.regression import compare_results
 from torchgauge.harness import metrics as registry
 from torchgauge.harness.metrics import Quantity, register_metric
-from torchgauge.report.comparisons import (backend_columns, backend_rows, compiler_summary_columns,
-                                          compiler_summary_rows)
+from torchgauge.report.comparisons import backend_columns, backend_rows, compiler_summary_columns, compiler_summary_rows
 from torchgauge.report.history import history_tables
 from torchgauge.report.regression import format_value
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.results.store import Store, metric_value
 
-WIDGETS = Quantity("widgets", ("widgets", "per_step"), "widgets/iter", deterministic=True, threshold=0.05,
-                   rule="exact", title="widgets", ratio_key="widgets")
+WIDGETS = Quantity(
+    "widgets",
+    ("widgets", "per_step"),
+    "widgets/iter",
+    deterministic=True,
+    threshold=0.05,
+    rule="exact",
+    title="widgets",
+    ratio_key="widgets",
+)
 
 
 @pytest.fixture
@@ -39,8 +46,12 @@ def widgets_metric(monkeypatch):
 
 def _run(model: str, widgets: float, *, backend: str = "eager", time_ms: float = 10.0) -> RunRecord:
     samples = [time_ms * f for f in (0.98, 0.99, 1.0, 1.01, 1.02)]
-    return RunRecord(RunConfig(model, mode="eval", backend=backend), "ok", batch_size=2,
-                     metrics={"time_ms": {"samples": samples, "median": time_ms}, "widgets": {"per_step": widgets}})
+    return RunRecord(
+        RunConfig(model, mode="eval", backend=backend),
+        "ok",
+        batch_size=2,
+        metrics={"time_ms": {"samples": samples, "median": time_ms}, "widgets": {"per_step": widgets}},
+    )
 
 
 def test_store_follows_the_new_quantity(widgets_metric, tmp_path) -> None:
@@ -65,8 +76,9 @@ def test_compare_judges_the_new_quantity_by_its_facts(widgets_metric) -> None:
 
 
 def test_backend_comparison_table_gets_a_ratio_column(widgets_metric) -> None:
-    cmp = compare_backends([_run("m", 100.0)], [_run("m", 50.0, backend="inductor", time_ms=5.0)],
-                           baseline="eager", candidate="inductor")
+    cmp = compare_backends(
+        [_run("m", 100.0)], [_run("m", 50.0, backend="inductor", time_ms=5.0)], baseline="eager", candidate="inductor"
+    )
     (row,) = cmp.rows
     assert row.ratios["widgets"] == 0.5 and cmp.geomeans["eval"]["widgets"] == {"geomean": 0.5, "n": 1}
     columns, justify = backend_columns()
@@ -78,7 +90,20 @@ def test_backend_comparison_table_gets_a_ratio_column(widgets_metric) -> None:
 
 def test_without_the_metric_nothing_changes() -> None:
     columns, _ = backend_columns()
-    assert columns == ("model", "mode", "batch", "base ms", "cand ms", "speedup", "time cand/base", "candidate",
-                       "CPU mem cand/base", "GPU mem cand/base", "compile s", "graph breaks", "accuracy")
+    assert columns == (
+        "model",
+        "mode",
+        "batch",
+        "base ms",
+        "cand ms",
+        "speedup",
+        "time cand/base",
+        "candidate",
+        "CPU mem cand/base",
+        "GPU mem cand/base",
+        "compile s",
+        "graph breaks",
+        "accuracy",
+    )
     with pytest.raises(ValueError, match="unknown metric 'widgets'"):
         metric_value({}, "widgets")

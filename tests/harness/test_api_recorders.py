@@ -25,7 +25,9 @@ def test_python_apis_including_a_tensor_method_and_property() -> None:
 
     apis, ops = record_coverage(fn)
     assert set(apis) == {"torch.nn.functional.linear", "torch.relu", "torch.Tensor.sum", "torch.Tensor.shape.__get__"}
-    assert {"aten::linear", "aten::relu", "aten::sum"} & set(ops) or {"aten::addmm", "aten::relu", "aten::sum"} <= set(ops)
+    assert {"aten::linear", "aten::relu", "aten::sum"} & set(ops) or {"aten::addmm", "aten::relu", "aten::sum"} <= set(
+        ops
+    )
 
 
 def test_backward_ops_are_recorded_and_overloads_folded() -> None:

@@ -26,8 +26,11 @@ def kernel(s: float, e: float, stream: int = 7) -> TraceEvent:
 
 
 def copy(s: float, e: float, direction: str, nbytes: int = 4096, stream: int = 7) -> TraceEvent:
-    name = {"h2d": "Memcpy HtoD (Pageable -> Device)", "d2h": "Memcpy DtoH (Device -> Pageable)",
-            "d2d": "Memcpy DtoD (Device -> Device)"}[direction]
+    name = {
+        "h2d": "Memcpy HtoD (Pageable -> Device)",
+        "d2h": "Memcpy DtoH (Device -> Pageable)",
+        "d2d": "Memcpy DtoD (Device -> Device)",
+    }[direction]
     return TraceEvent(name, "memcpy", s, e, device="cuda:0", thread=stream, step=0, bytes=nbytes, direction=direction)
 
 
@@ -69,8 +72,7 @@ def test_cuda_overlapping_kernels_on_two_streams_count_once() -> None:
 
 def test_cuda_memcpy_partly_under_a_kernel_counts_only_the_uncovered_part() -> None:
     # kernel 0-50, H2D copy 40-70 (10 us hidden under the kernel), D2H copy 80-90, gaps elsewhere.
-    trace = ProfileTrace("cuda", [(0, 100)],
-                         [kernel(0, 50), copy(40, 70, "h2d", 1 << 20), copy(80, 90, "d2h", 256)])
+    trace = ProfileTrace("cuda", [(0, 100)], [kernel(0, 50), copy(40, 70, "h2d", 1 << 20), copy(80, 90, "d2h", 256)])
     b = cuda_breakdown(trace)
     assert b["ms"]["active"] == pytest.approx(0.050)
     assert b["ms"]["data_movement_h2d"] == pytest.approx(0.020)
@@ -107,8 +109,11 @@ def test_cuda_window_spans_steps_and_device_work_that_outlives_the_host() -> Non
 
 
 def test_cuda_host_events_never_count_as_device_time() -> None:
-    host = [op("aten::mm", 0, 100), TraceEvent("cudaLaunchKernel", "runtime", 1, 2),
-            TraceEvent("cudaStreamSynchronize", "sync", 50, 90)]
+    host = [
+        op("aten::mm", 0, 100),
+        TraceEvent("cudaLaunchKernel", "runtime", 1, 2),
+        TraceEvent("cudaStreamSynchronize", "sync", 50, 90),
+    ]
     b = breakdown(ProfileTrace("cuda", [(0, 100)], host + [kernel(10, 20)]))
     assert b["fractions"]["active"] == pytest.approx(0.1)
     assert b["fractions"]["idle"] == pytest.approx(0.9)
@@ -119,7 +124,9 @@ def test_cpu_aten_vs_overhead_with_nesting_and_two_threads() -> None:
     # Step 0-100. Thread 1: linear 10-40 with nested addmm 15-35; relu 50-60.
     # Thread 2 (autograd): mm 55-70 overlaps relu by 5. Autograd bookkeeping 0-100 is not ATen.
     events = [
-        op("aten::linear", 10, 40), op("aten::addmm", 15, 35), op("aten::relu", 50, 60),
+        op("aten::linear", 10, 40),
+        op("aten::addmm", 15, 35),
+        op("aten::relu", 50, 60),
         op("aten::mm", 55, 70, thread=2),
         op("autograd::engine::evaluate_function: MmBackward0", 0, 100, thread=2),
         TraceEvent("torch/nn/modules/module.py(1750): _call_impl", "python", 5, 45),
@@ -160,8 +167,9 @@ def test_event_helpers() -> None:
     frame = parse_frame("torch/nn/modules/linear.py(124): forward")
     assert (frame.file, frame.line, frame.func) == ("torch/nn/modules/linear.py", 124, "forward")
     assert parse_frame("<built-in method sleep>") is None
-    tops = top_level([op("aten::linear", 0, 10), op("aten::addmm", 1, 9), op("aten::relu", 10, 12),
-                      op("aten::mm", 2, 3, thread=2)])
+    tops = top_level(
+        [op("aten::linear", 0, 10), op("aten::addmm", 1, 9), op("aten::relu", 10, 12), op("aten::mm", 2, 3, thread=2)]
+    )
     assert [e.name for e in tops] == ["aten::linear", "aten::mm", "aten::relu"]
 
 

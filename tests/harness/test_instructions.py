@@ -52,8 +52,9 @@ def test_command_starts_with_collection_off() -> None:
     assert cmd[-3:] == ["/usr/bin/python3", "-c", "pass"]
     assert "--instr-atstart=yes" in cmd
     # with callgrind_control the child switches instrumentation on only before the counted steps
-    fast = ins.callgrind_command("/usr/bin/valgrind", "/tmp/x/cg.out", "/usr/bin/python3", ["-c", "pass"],
-                                 instrument_at_start=False)
+    fast = ins.callgrind_command(
+        "/usr/bin/valgrind", "/tmp/x/cg.out", "/usr/bin/python3", ["-c", "pass"], instrument_at_start=False
+    )
     assert "--instr-atstart=no" in fast
 
 

@@ -20,8 +20,15 @@ MODELS = "tests/harness/counting_models.py"
 def _run(model: str, iterations: int = 40) -> dict:
     # In a fresh worker, as the suite runs it: in this long-lived pytest process, memory freed
     # by earlier tests sits resident in the heap and would absorb the planted leak's growth.
-    config = RunConfig(model=model, mode="train", size="smoke", repeat=3, warmup=3, metrics=("leak",),
-                       options={"leak_iterations": iterations})
+    config = RunConfig(
+        model=model,
+        mode="train",
+        size="smoke",
+        repeat=3,
+        warmup=3,
+        metrics=("leak",),
+        options={"leak_iterations": iterations},
+    )
     (record,) = run_suite([config], RunnerOptions(timeout_s=120, model_files=(str(Path(MODELS).resolve()),)))
     assert record.status == "ok", record.error
     return record.metrics["leak"]

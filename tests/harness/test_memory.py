@@ -28,8 +28,17 @@ def test_pid_rss_of_self_and_of_dead_pid() -> None:
 
 def test_env_has_the_fields_results_need() -> None:
     env = collect_env()
-    for key in ("torch_version", "torch_git_version", "python_version", "cpu_model", "cpu_count",
-                "hostname", "gpu_name", "torchgauge_version", "machine_fingerprint"):
+    for key in (
+        "torch_version",
+        "torch_git_version",
+        "python_version",
+        "cpu_model",
+        "cpu_count",
+        "hostname",
+        "gpu_name",
+        "torchgauge_version",
+        "machine_fingerprint",
+    ):
         assert key in env
     assert env["machine_fingerprint"] == machine_fingerprint(env)
     assert machine_fingerprint({**env, "cpu_count": 999}) != env["machine_fingerprint"]

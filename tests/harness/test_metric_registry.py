@@ -20,8 +20,14 @@ def test_every_builtin_quantity_and_its_facts() -> None:
         "cpu_peak_mb": (("cpu_peak_mb",), "MiB", "lower", False, DEFAULT_THRESHOLD, "memory"),
         "gpu_peak_mb": (("gpu_peak_mb",), "MiB", "lower", False, DEFAULT_THRESHOLD, "memory"),
         "compile_s": (("compile", "compile_s"), "s", "lower", False, DEFAULT_THRESHOLD, "none"),
-        "instructions": (("instructions", "per_step"), "instructions/iter", "lower", True, INSTRUCTIONS_THRESHOLD,
-                         "exact"),
+        "instructions": (
+            ("instructions", "per_step"),
+            "instructions/iter",
+            "lower",
+            True,
+            INSTRUCTIONS_THRESHOLD,
+            "exact",
+        ),
         "op_counts": (("op_counts", "total"), "ops/iter", "lower", True, COUNT_THRESHOLD, "exact"),
         "flops": (("flops", "total"), "FLOP/iter", "lower", True, COUNT_THRESHOLD, "exact"),
         "tflops": (("flops", "tflops"), "TFLOP/s", "higher", False, DEFAULT_THRESHOLD, "none"),
@@ -60,14 +66,17 @@ def test_duplicate_quantity_or_metric_raises(monkeypatch) -> None:
     monkeypatch.setattr(registry, "_METRICS", dict(registry._METRICS))
     with pytest.raises(ValueError, match="quantity 'time' is already declared"):
         registry.register_metric("stopwatch", "again", quantities=[Quantity("time", ("sw",), "ms", rule="exact")])(
-            lambda w, c, m: {})
+            lambda w, c, m: {}
+        )
     assert "stopwatch" not in registry.list_metrics()  # nothing half-registered
 
 
 def test_reading_the_registry_does_not_import_torch() -> None:
     # compare, the store and the CLI read metric facts; judging must not pay torch's import
-    code = ("import sys; import torchgauge.harness, torchgauge.compare.regression, torchgauge.results.store; "
-            "from torchgauge.harness.metrics import quantities; assert quantities(); "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; import torchgauge.harness, torchgauge.compare.regression, torchgauge.results.store; "
+        "from torchgauge.harness.metrics import quantities; assert quantities(); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

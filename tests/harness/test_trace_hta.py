@@ -36,8 +36,12 @@ hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAn
 
 # Percentage points within which shares must agree where the definitions coincide.
 AGREEMENT_PP = 1.0
-REAL = ["cuda-a100-alexnet.json.gz", "cuda-a100-simple-add.json.gz", "cuda-a100-training-rank3.json.gz",
-        "rocm-mi250-toy-train.json.gz"]
+REAL = [
+    "cuda-a100-alexnet.json.gz",
+    "cuda-a100-simple-add.json.gz",
+    "cuda-a100-training-rank3.json.gz",
+    "rocm-mi250-toy-train.json.gz",
+]
 FLOAT_TIMES = {"rocm-mi250-toy-train.json.gz", "cuda-a100-triton.json.gz"}
 
 
@@ -52,9 +56,13 @@ def run_hta(path, tmp_path_factory) -> dict:
     finally:
         logging.disable(logging.NOTSET)
     row = df.iloc[0]
-    return {"idle": float(row["idle_time_pctg"]), "compute": float(row["compute_time_pctg"]),
-            "non_compute": float(row["non_compute_time_pctg"]), "window_us": float(row["kernel_time(us)"]),
-            "analysis": analysis}
+    return {
+        "idle": float(row["idle_time_pctg"]),
+        "compute": float(row["compute_time_pctg"]),
+        "non_compute": float(row["non_compute_time_pctg"]),
+        "window_us": float(row["kernel_time(us)"]),
+        "analysis": analysis,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +110,12 @@ def hta_view(trace, rounded: bool) -> dict:
     window = (busy[0][0], busy[-1][1])
     span = window[1] - window[0]
     compute = total(union(_spans([e for e in events if _hta_type(e) == "compute"], rounded)))
-    return {"idle": 100 * (span - total(busy)) / span, "compute": 100 * compute / span, "window": window,
-            "window_us": span}
+    return {
+        "idle": 100 * (span - total(busy)) / span,
+        "compute": 100 * compute / span,
+        "window": window,
+        "window_us": span,
+    }
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -165,9 +177,11 @@ def test_copies_under_kernels_are_active_here_and_compute_in_hta(gpu_traces, hta
 
 
 def test_memsets_are_d2d_data_movement_here_and_non_compute_in_hta(kineto, tmp_path, tmp_path_factory) -> None:
-    ev = kineto.launched("void gemm<float>()", 0, 10, 40, corr=1) + \
-        kineto.launched("Memset (Device)", 5, 60, 20, corr=2, cat="gpu_memset", bytes=512) + \
-        kineto.launched("void gemm<float>()", 6, 90, 10, corr=3)
+    ev = (
+        kineto.launched("void gemm<float>()", 0, 10, 40, corr=1)
+        + kineto.launched("Memset (Device)", 5, 60, 20, corr=2, cat="gpu_memset", bytes=512)
+        + kineto.launched("void gemm<float>()", 6, 90, 10, corr=3)
+    )
     path = kineto.write_trace(tmp_path / "t.json", ev, distributedInfo={"rank": 0})
     ours = breakdown(read_trace(path).traces["cuda:0"])
     theirs = run_hta(path, tmp_path_factory)
@@ -179,9 +193,11 @@ def test_memsets_are_d2d_data_movement_here_and_non_compute_in_hta(kineto, tmp_p
 
 
 def test_several_streams_are_one_union_in_both(kineto, tmp_path, tmp_path_factory) -> None:
-    ev = kineto.launched("void a()", 0, 10, 50, corr=1, stream=7) + \
-        kineto.launched("void b()", 1, 30, 50, corr=2, stream=20) + \
-        kineto.launched("void c()", 2, 100, 10, corr=3, stream=7)
+    ev = (
+        kineto.launched("void a()", 0, 10, 50, corr=1, stream=7)
+        + kineto.launched("void b()", 1, 30, 50, corr=2, stream=20)
+        + kineto.launched("void c()", 2, 100, 10, corr=3, stream=7)
+    )
     path = kineto.write_trace(tmp_path / "t.json", ev, distributedInfo={"rank": 0})
     ours = breakdown(read_trace(path).traces["cuda:0"])
     theirs = run_hta(path, tmp_path_factory)
@@ -191,8 +207,9 @@ def test_several_streams_are_one_union_in_both(kineto, tmp_path, tmp_path_factor
 
 def test_several_devices_are_reported_apart_here_and_merged_in_hta(kineto, tmp_path, tmp_path_factory) -> None:
     # One process driving two GPUs: HTA treats the file as one rank and unions both devices.
-    ev = kineto.launched("void a()", 0, 0, 40, corr=1, device=0) + \
-        kineto.launched("void b()", 1, 50, 50, corr=2, device=1)
+    ev = kineto.launched("void a()", 0, 0, 40, corr=1, device=0) + kineto.launched(
+        "void b()", 1, 50, 50, corr=2, device=1
+    )
     path = kineto.write_trace(tmp_path / "t.json", ev, distributedInfo={"rank": 0})
     traces = read_trace(path).traces
     theirs = run_hta(path, tmp_path_factory)
@@ -220,8 +237,9 @@ def test_hta_counts_the_triton_launch_op_as_gpu_time(gpu_traces, hta) -> None:
     assert ours["ms"]["active"] == pytest.approx(1.76e-3) and ours["fractions"]["idle"] > 0.9999
 
 
-def test_a_trace_without_device_activity_is_a_cpu_breakdown_here_and_an_error_in_hta(gpu_traces,
-                                                                                      tmp_path_factory) -> None:
+def test_a_trace_without_device_activity_is_a_cpu_breakdown_here_and_an_error_in_hta(
+    gpu_traces, tmp_path_factory
+) -> None:
     name = "cuda-a100-counters-only.json.gz"
     with pytest.raises(IndexError):
         run_hta(gpu_traces / name, tmp_path_factory)
@@ -235,8 +253,9 @@ def test_kernel_totals_match_htas_kernel_table_over_its_steps(gpu_traces, hta) -
     theirs = {r["name"]: float(r["sum (us)"]) for _, r in kernels.iterrows() if r["name"] != "others"}
     # HTA's table covers the work launched before the last step: restrict ours the same way.
     kept = set(map(id, _hta_events(trace)))
-    ours_trace = type(trace)(kind="cuda", steps=trace.steps[:-1],
-                             events=[e for e in trace.events if not e.on_device or id(e) in kept])
+    ours_trace = type(trace)(
+        kind="cuda", steps=trace.steps[:-1], events=[e for e in trace.events if not e.on_device or id(e) in kept]
+    )
     ours = {r.name: r.total_us for r in top_kernels(ours_trace, n=10_000)}
     assert len(theirs) >= 10
     for kernel, us in theirs.items():

@@ -117,9 +117,15 @@ def test_missing_fields_and_unknown_categories_are_skipped_and_counted(kineto, t
         "not an object",
     ]
     t = read_trace(kineto.write_trace(tmp_path / "t.json", ev))
-    assert t.skipped == {"missing or invalid name/ts/dur": 2, "unknown category mystery_cat": 1,
-                         "unknown category (none)": 1, "device event without a device index": 1,
-                         "begin/end pair (unsupported)": 1, "counter": 1, "not an object": 1}
+    assert t.skipped == {
+        "missing or invalid name/ts/dur": 2,
+        "unknown category mystery_cat": 1,
+        "unknown category (none)": 1,
+        "device event without a device index": 1,
+        "begin/end pair (unsupported)": 1,
+        "counter": 1,
+        "not an object": 1,
+    }
     assert len(_kernels(t.traces["cuda:0"])) == 3
     assert t.events_read == len(ev)
 
@@ -133,8 +139,11 @@ def test_float_timestamps_keep_their_fractions(kineto, tmp_path) -> None:
 
 
 def test_several_devices_give_one_trace_each_sharing_the_host_steps(kineto, tmp_path) -> None:
-    ev = [kineto.step(0, 0, 100)] + kineto.launched("a", 1, 5, 10, corr=1) + \
-        kineto.launched("b", 2, 6, 20, corr=2, device=1)
+    ev = (
+        [kineto.step(0, 0, 100)]
+        + kineto.launched("a", 1, 5, 10, corr=1)
+        + kineto.launched("b", 2, 6, 20, corr=2, device=1)
+    )
     t = read_trace(kineto.write_trace(tmp_path / "t.json", ev))
     assert list(t.traces) == ["cuda:0", "cuda:1"]
     for dev, name in (("cuda:0", "a"), ("cuda:1", "b")):
@@ -144,8 +153,11 @@ def test_several_devices_give_one_trace_each_sharing_the_host_steps(kineto, tmp_
 
 
 def test_torchgauge_step_annotations_are_steps(kineto, tmp_path) -> None:
-    ev = [kineto.host_op("torchgauge.step#0", 0, 50, cat="user_annotation"),
-          kineto.host_op("torchgauge.step#1", 50, 50, cat="user_annotation"), kineto.host_op("aten::mm", 60, 10)]
+    ev = [
+        kineto.host_op("torchgauge.step#0", 0, 50, cat="user_annotation"),
+        kineto.host_op("torchgauge.step#1", 50, 50, cat="user_annotation"),
+        kineto.host_op("aten::mm", 60, 10),
+    ]
     t = read_trace(kineto.write_trace(tmp_path / "t.json", ev))
     assert t.platform == "cpu" and t.traces["cpu"].steps == [(0, 50), (50, 100)]
 
@@ -168,8 +180,12 @@ def test_cut_short_or_foreign_files_raise_one_clear_error(kineto, tmp_path) -> N
 
 
 def test_stream_reader_matches_json_load_across_any_chunk_boundary(kineto, monkeypatch) -> None:
-    doc = {"deviceProperties": [{"id": 0, "name": "A100"}], "traceEvents": _small(kineto),
-           "baseTimeNanoseconds": 1727743122000000000, "displayTimeUnit": "ms"}
+    doc = {
+        "deviceProperties": [{"id": 0, "name": "A100"}],
+        "traceEvents": _small(kineto),
+        "baseTimeNanoseconds": 1727743122000000000,
+        "displayTimeUnit": "ms",
+    }
     text = json.dumps(doc, indent=1)
     for chunk in (1, 2, 7, 64):
         monkeypatch.setattr(json_stream, "CHUNK_CHARS", chunk)

@@ -26,7 +26,9 @@ def test_log_ei_equals_log_of_closed_form_ei_where_that_is_well_conditioned() ->
     u = torch.linspace(-5, 5, 101, dtype=torch.float64)
     sigma = torch.linspace(0.1, 3.0, 101, dtype=torch.float64)
     mean, best_f = u * sigma + 0.5, torch.tensor(0.5, dtype=torch.float64)
-    torch.testing.assert_close(bo.log_ei(mean, sigma.square(), best_f), _naive_ei(u, sigma).log(), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(
+        bo.log_ei(mean, sigma.square(), best_f), _naive_ei(u, sigma).log(), rtol=1e-10, atol=1e-12
+    )
     # single precision: all three branches agree with the double-precision closed form
     got32 = bo.log_ei(mean.float(), sigma.square().float(), best_f.float())
     torch.testing.assert_close(got32.double(), _naive_ei(u, sigma).log(), rtol=1e-5, atol=1e-5)
@@ -37,7 +39,12 @@ def test_log_ei_stays_finite_and_accurate_far_in_the_tail(dtype: torch.dtype) ->
     # EI(u) = phi(u) / u^2 (1 - 3/u^2 + 15/u^4 - 105/u^6 + ...) as u -> -inf (Mills-ratio series)
     u = torch.tensor([-40.0, -100.0, -1e4], dtype=torch.float64)
     inv = u.pow(-2)
-    reference = -0.5 * u.square() - 0.5 * math.log(2 * math.pi) - 2 * u.abs().log() + torch.log1p(-3 * inv + 15 * inv.square() - 105 * inv.pow(3))
+    reference = (
+        -0.5 * u.square()
+        - 0.5 * math.log(2 * math.pi)
+        - 2 * u.abs().log()
+        + torch.log1p(-3 * inv + 15 * inv.square() - 105 * inv.pow(3))
+    )
     assert (_naive_ei(u, torch.ones_like(u)).log() == -math.inf).all()  # the naive log underflows
     u_in = u.to(dtype).requires_grad_(True)
     got = bo.log_ei_helper(u_in)
@@ -120,8 +127,9 @@ def test_q_log_ei_with_q_1_and_many_qmc_samples_approaches_analytic_log_ei() -> 
     mean = best_f + u * sigma
     z = bo.normal_qmc_samples(1, 4096, seed=3, dtype=torch.float64)  # (S, 1)
     samples = (mean + sigma * z).unsqueeze(-1)  # (S, B, q = 1): mean + L z with L = sigma
-    torch.testing.assert_close(bo.q_log_ei_from_samples(samples, best_f), bo.log_ei(mean, sigma.square(), best_f),
-                               rtol=0.0, atol=2e-2)
+    torch.testing.assert_close(
+        bo.q_log_ei_from_samples(samples, best_f), bo.log_ei(mean, sigma.square(), best_f), rtol=0.0, atol=2e-2
+    )
 
 
 def test_workload_shapes() -> None:

@@ -77,11 +77,13 @@ def test_rel_shift_indexes_relative_distance() -> None:
 
 # -- greedy CTC decoding ------------------------------------------------------------------------------------
 def test_ctc_greedy_decode_hand_written_paths() -> None:
-    paths = torch.tensor([
-        [0, 1, 1, 0, 1, 2, 2, 0, 0],  # "a a b": a blank separates the repeated 1
-        [3, 3, 3, 0, 4, 4, 5, 5, 5],  # only the first 5 frames are valid: "c d"
-        [0, 0, 0, 0, 0, 0, 0, 0, 0],  # all blank: nothing
-    ])
+    paths = torch.tensor(
+        [
+            [0, 1, 1, 0, 1, 2, 2, 0, 0],  # "a a b": a blank separates the repeated 1
+            [3, 3, 3, 0, 4, 4, 5, 5, 5],  # only the first 5 frames are valid: "c d"
+            [0, 0, 0, 0, 0, 0, 0, 0, 0],  # all blank: nothing
+        ]
+    )
     logits = torch.nn.functional.one_hot(paths, 6).float() * 4.0 - 2.0
     labels, counts = ctc_greedy_decode(logits, torch.tensor([9, 5, 9]))
     assert counts.tolist() == [3, 2, 0]

@@ -22,8 +22,15 @@ from torchgauge.models.nlp.convs2s import (
 )
 
 F64 = torch.float64
-TINY = ConvS2SConfig(src_vocab=30, tgt_vocab=20, embed_dim=8, encoder_layers=((8, 3), (12, 3)),
-                     decoder_layers=((8, 3), (12, 3), (12, 2)), decoder_out_embed_dim=6, max_positions=64)
+TINY = ConvS2SConfig(
+    src_vocab=30,
+    tgt_vocab=20,
+    embed_dim=8,
+    encoder_layers=((8, 3), (12, 3)),
+    decoder_layers=((8, 3), (12, 3), (12, 2)),
+    decoder_out_embed_dim=6,
+    max_positions=64,
+)
 
 
 def _model(seed: int = 0) -> ConvS2S:

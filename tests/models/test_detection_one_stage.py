@@ -84,7 +84,9 @@ def _point_anchors(points: list[tuple[float, float]], stride: float) -> torch.Te
 
 def test_fcos_match_points_hand_made_case():
     # Level 0 (stride 8, ranges 0..64) and level 1 (stride 16, 64..inf, the coarsest).
-    anchors = torch.cat((_point_anchors([(4, 4), (12, 4), (28, 28), (76, 76)], 8), _point_anchors([(8, 8), (80, 80)], 16)))
+    anchors = torch.cat(
+        (_point_anchors([(4, 4), (12, 4), (28, 28), (76, 76)], 8), _point_anchors([(8, 8), (80, 80)], 16))
+    )
     gt = torch.tensor([[0.0, 0.0, 16.0, 16.0], [0.0, 0.0, 160.0, 160.0], [0.0, 0.0, 20.0, 20.0]])
     matched = match_points(anchors, [4, 2], gt)
     # (4,4), (12,4): inside box 0 and box 2 near both centres -> the smaller box 0 wins.
@@ -126,7 +128,9 @@ def test_bifpn_nodes_fuse_with_normalised_weights():
     out = node([torch.randn(2, 8, 8, 8), torch.randn(2, 8, 4, 4), torch.randn(2, 8, 16, 16)])
     assert out.shape == (2, 8, 8, 8)
     assert node.weights.shape == (3,)
-    torch.testing.assert_close(fusion_weights(node.weights, cfg.fusion_eps).sum(), torch.tensor(3 / (3 + cfg.fusion_eps)))
+    torch.testing.assert_close(
+        fusion_weights(node.weights, cfg.fusion_eps).sum(), torch.tensor(3 / (3 + cfg.fusion_eps))
+    )
     # Every node's first input is on its own level; 8 nodes per layer, 19 fusion weights.
     assert all(inputs[0] == level for level, inputs in BIFPN_NODES) and sum(len(i) for _, i in BIFPN_NODES) == 19
 
@@ -165,7 +169,9 @@ def test_dense_detections_threshold_topk_nms():
     deltas = torch.zeros(1, 3, 4)
     identity = lambda d, a: a  # noqa: E731  (boxes = anchors)
     common = dict(score_thresh=0.05, nms_thresh=0.5, max_detections=10)
-    (result,) = dense_detections([scores], [deltas], [anchors], identity, [(25, 40)], topk_candidates=10, label_offset=1, **common)
+    (result,) = dense_detections(
+        [scores], [deltas], [anchors], identity, [(25, 40)], topk_candidates=10, label_offset=1, **common
+    )
     # Anchor 1 (IoU 0.9 with anchor 0, same class) is suppressed; anchor 2 is clipped to y <= 25.
     torch.testing.assert_close(result["boxes"], torch.tensor([[0.0, 0.0, 10.0, 10.0], [20.0, 20.0, 30.0, 25.0]]))
     torch.testing.assert_close(result["scores"], torch.tensor([0.9, 0.7]))
@@ -175,7 +181,9 @@ def test_dense_detections_threshold_topk_nms():
 
 
 def test_one_hot_targets_background_rows_are_zero():
-    torch.testing.assert_close(one_hot_targets(torch.tensor([1, -1, 0]), 3, torch.float32), torch.tensor([[0.0, 1, 0], [0, 0, 0], [1, 0, 0]]))
+    torch.testing.assert_close(
+        one_hot_targets(torch.tensor([1, -1, 0]), 3, torch.float32), torch.tensor([[0.0, 1, 0], [0, 0, 0], [1, 0, 0]])
+    )
     assert 1 / (1 + math.exp(-prior_bias(0.01))) == pytest.approx(0.01)
 
 

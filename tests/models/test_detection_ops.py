@@ -76,7 +76,9 @@ def _greedy_nms(boxes, scores, threshold):
 
 
 def test_nms_hand_computed():
-    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 0.0, 11.0, 10.0], [20.0, 20.0, 30.0, 30.0], [2.0, 0.0, 12.0, 10.0]])
+    boxes = torch.tensor(
+        [[0.0, 0.0, 10.0, 10.0], [1.0, 0.0, 11.0, 10.0], [20.0, 20.0, 30.0, 30.0], [2.0, 0.0, 12.0, 10.0]]
+    )
     scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
     # box 3 (0.95) suppresses 1 (IoU 9/11) and 0 (IoU 8/12 = 0.67 > 0.5); box 2 is far away.
     assert nms(boxes, scores, 0.5).tolist() == [3, 2]
@@ -113,7 +115,7 @@ def _fixed_point_nms(boxes, scores, threshold, block=512):
     keep = torch.zeros(len(boxes), dtype=torch.bool)
     survivors = boxes[:0]
     for start in range(0, len(boxes), block):
-        chunk = boxes[start:start + block]
+        chunk = boxes[start : start + block]
         alive = ~_overlaps_above(survivors, chunk, threshold).any(dim=0)
         suppresses = _overlaps_above(chunk, chunk, threshold).triu_(diagonal=1)
         chunk_keep = alive
@@ -122,7 +124,7 @@ def _fixed_point_nms(boxes, scores, threshold, block=512):
             if torch.equal(new_keep, chunk_keep):
                 break
             chunk_keep = new_keep
-        keep[start:start + block] = chunk_keep
+        keep[start : start + block] = chunk_keep
         survivors = torch.cat((survivors, chunk[chunk_keep]))
     return order[keep]
 
@@ -157,7 +159,12 @@ def test_batched_nms_only_suppresses_within_a_category(num):
     scores = torch.rand(num, generator=gen)
     categories = torch.randint(0, 3, (num,), generator=gen)
     kept = batched_nms(boxes, scores, categories, 0.5)
-    expected = torch.cat([torch.nonzero(categories == c).squeeze(1)[nms(boxes[categories == c], scores[categories == c], 0.5)] for c in range(3)])
+    expected = torch.cat(
+        [
+            torch.nonzero(categories == c).squeeze(1)[nms(boxes[categories == c], scores[categories == c], 0.5)]
+            for c in range(3)
+        ]
+    )
     assert sorted(kept.tolist()) == sorted(expected.tolist())
     assert torch.all(scores[kept][:-1] >= scores[kept][1:])
 
@@ -225,7 +232,12 @@ def _bilinear(feature, y, x):
     ly, lx = y - y_low, x - x_low
     hy, hx = 1 - ly, 1 - lx
     f = feature
-    return hy * hx * f[y_low, x_low] + hy * lx * f[y_low, x_high] + ly * hx * f[y_high, x_low] + ly * lx * f[y_high, x_high]
+    return (
+        hy * hx * f[y_low, x_low]
+        + hy * lx * f[y_low, x_high]
+        + ly * hx * f[y_high, x_low]
+        + ly * lx * f[y_high, x_high]
+    )
 
 
 def _slow_roi_align(features, rois, output_size, scale, sampling_ratio, aligned):
@@ -294,12 +306,19 @@ def test_roi_align_constant_map_and_no_rois():
 
 
 def test_fpn_level_assignment():
-    boxes = torch.tensor([[0, 0, 224.0, 224.0], [0, 0, 112.0, 112.0], [0, 0, 10.0, 10.0], [0, 0, 1000.0, 1000.0], [0, 0, 447.0, 447.0]])
+    boxes = torch.tensor(
+        [[0, 0, 224.0, 224.0], [0, 0, 112.0, 112.0], [0, 0, 10.0, 10.0], [0, 0, 1000.0, 1000.0], [0, 0, 447.0, 447.0]]
+    )
     assert assign_fpn_levels(boxes, 2, 5).tolist() == [2, 1, 0, 3, 2]  # levels 4, 3, 2, 5, 4
 
 
 def test_roi_pooler_uses_each_box_level():
-    features = [torch.full((1, 1, 64, 64), 2.0), torch.full((1, 1, 32, 32), 3.0), torch.full((1, 1, 16, 16), 4.0), torch.full((1, 1, 8, 8), 5.0)]
+    features = [
+        torch.full((1, 1, 64, 64), 2.0),
+        torch.full((1, 1, 32, 32), 3.0),
+        torch.full((1, 1, 16, 16), 4.0),
+        torch.full((1, 1, 8, 8), 5.0),
+    ]
     pooler = RoIPooler(2, strides=(4, 8, 16, 32), sampling_ratio=0, aligned=True)
     boxes = [torch.tensor([[0, 0, 20.0, 20.0], [0, 0, 250.0, 250.0]]), torch.zeros(0, 4)]
     out = pooler(features, boxes)

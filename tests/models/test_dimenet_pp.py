@@ -43,8 +43,9 @@ def test_spherical_bessel_zeros_are_zeros_and_match_tabulated_values() -> None:
     zeros = spherical_bessel_zeros(7, 6)
     torch.testing.assert_close(zeros[0], torch.arange(1, 7, dtype=F64) * math.pi)  # j_0 = sin(x)/x
     # first zeros of j_1, j_2, j_3 (Abramowitz & Stegun, table 10.6)
-    torch.testing.assert_close(zeros[1:4, 0], torch.tensor([4.493409457909064, 5.763459196894550, 6.987932000500520],
-                                                            dtype=F64))
+    torch.testing.assert_close(
+        zeros[1:4, 0], torch.tensor([4.493409457909064, 5.763459196894550, 6.987932000500520], dtype=F64)
+    )
     for l in range(7):
         assert spherical_bessel(zeros[l], l)[:, l].abs().max() < 1e-12
     assert torch.all(zeros[1:] > zeros[:-1])  # interlacing: each order's n-th zero is larger
@@ -91,8 +92,9 @@ def test_triplets_match_brute_force_enumeration() -> None:
     edges = radius_graph(pos, batch, 1.8)
     idx_i, idx_j, idx_k, idx_kj, idx_ji = triplets(edges, pos.shape[0])
     edge_of = {(int(s), int(t)): e for e, (s, t) in enumerate(edges.T)}
-    expected = sorted((edge_of[(k, j)], edge_of[(j, i)]) for (j, i) in edge_of for (k, jj) in edge_of
-                      if jj == j and k != i)
+    expected = sorted(
+        (edge_of[(k, j)], edge_of[(j, i)]) for (j, i) in edge_of for (k, jj) in edge_of if jj == j and k != i
+    )
     assert sorted(zip(idx_kj.tolist(), idx_ji.tolist())) == expected and expected
     torch.testing.assert_close(edges[0][idx_kj], idx_k)  # k is the source of edge kj
     torch.testing.assert_close(edges[1][idx_kj], idx_j)  # which enters j
@@ -102,8 +104,16 @@ def test_triplets_match_brute_force_enumeration() -> None:
 
 def _model(seed: int) -> DimeNetPlusPlus:
     torch.manual_seed(seed)
-    cfg = DimeNetPPConfig(hidden_channels=8, num_blocks=2, int_emb_size=4, basis_emb_size=3, out_emb_channels=8,
-                          num_spherical=3, num_radial=3, cutoff=2.5)
+    cfg = DimeNetPPConfig(
+        hidden_channels=8,
+        num_blocks=2,
+        int_emb_size=4,
+        basis_emb_size=3,
+        out_emb_channels=8,
+        num_spherical=3,
+        num_radial=3,
+        cutoff=2.5,
+    )
     model = DimeNetPlusPlus(cfg).double()
     for block in model.output_blocks:  # the zero output init would make every test below trivially pass
         torch.nn.init.normal_(block.lin.weight)

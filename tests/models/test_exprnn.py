@@ -31,7 +31,8 @@ def test_matrix_exp_of_a_block_skew_matrix_is_the_block_rotation() -> None:
     for k in range(2):
         s = a[2 * k, 2 * k + 1]
         expected[2 * k : 2 * k + 2, 2 * k : 2 * k + 2] = torch.stack(
-            [torch.stack([s.cos(), s.sin()]), torch.stack([-s.sin(), s.cos()])])
+            [torch.stack([s.cos(), s.sin()]), torch.stack([-s.sin(), s.cos()])]
+        )
     torch.testing.assert_close(torch.linalg.matrix_exp(a), expected)
 
 

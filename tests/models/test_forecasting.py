@@ -73,9 +73,9 @@ def test_delay_aggregation_inference_matches_a_slow_per_sample_roll() -> None:
     k = ac.top_k(16)
     weights, delays = torch.topk(corr.mean(dim=(1, 2)), k, dim=-1)
     weights = torch.softmax(weights, -1)
-    slow = torch.stack([
-        sum(weights[b, i] * torch.roll(values[b], -int(delays[b, i]), -1) for i in range(k)) for b in range(3)
-    ])
+    slow = torch.stack(
+        [sum(weights[b, i] * torch.roll(values[b], -int(delays[b, i]), -1) for i in range(k)) for b in range(3)]
+    )
     torch.testing.assert_close(ac.delay_agg_inference(values, corr), slow)
 
 
@@ -88,7 +88,9 @@ def test_training_and_inference_aggregation_agree_when_the_batch_shares_its_dela
 
 def _tiny_autoformer() -> tuple[Autoformer, tuple[torch.Tensor, ...], torch.Tensor]:
     torch.manual_seed(0)
-    cfg = AutoformerConfig(seq_len=32, label_len=16, pred_len=16, d_model=16, n_heads=2, d_ff=32, moving_avg=5, dropout=0.0)
+    cfg = AutoformerConfig(
+        seq_len=32, label_len=16, pred_len=16, d_model=16, n_heads=2, d_ff=32, moving_avg=5, dropout=0.0
+    )
     t = torch.arange(48, dtype=torch.float32)
     series = torch.stack([torch.sin(2 * torch.pi * (t + s) / 8) for s in range(4)]).unsqueeze(-1).repeat(1, 1, 7)
     marks = torch.zeros(4, 48, 4)
@@ -135,8 +137,11 @@ def test_gated_residual_network_matches_its_formula() -> None:
     torch.manual_seed(0)
     grn = GatedResidualNetwork(6, 8, 4, dropout=0.0, context_features=3).double()
     x, c = torch.randn(5, 6, dtype=F64), torch.randn(5, 3, dtype=F64)
-    h = grn.fc2.weight @ torch.nn.functional.elu(grn.fc1.weight @ x.T + grn.fc1.bias[:, None] + grn.context.weight @ c.T) \
-        + grn.fc2.bias[:, None]  # (8, N)
+    h = (
+        grn.fc2.weight
+        @ torch.nn.functional.elu(grn.fc1.weight @ x.T + grn.fc1.bias[:, None] + grn.context.weight @ c.T)
+        + grn.fc2.bias[:, None]
+    )  # (8, N)
     z = grn.gate_norm.glu.fc.weight @ h + grn.gate_norm.glu.fc.bias[:, None]  # (8, N): value rows then gate rows
     gated = z[:4] * torch.sigmoid(z[4:])
     skip = grn.skip.weight @ x.T + grn.skip.bias[:, None]
@@ -159,7 +164,9 @@ def _tiny_tft() -> tuple[TemporalFusionTransformer, tuple[torch.Tensor, ...], to
     cfg = TFTConfig(hidden=16, heads=2, encoder_steps=12, decoder_steps=6, num_static_categories=5, dropout=0.0)
     t = torch.arange(18, dtype=torch.float32)
     usage = torch.stack([torch.sin(2 * torch.pi * (t + s) / 6) for s in range(4)])
-    known = torch.stack([torch.sin(2 * torch.pi * t / 6), torch.cos(2 * torch.pi * t / 6), t / 18], -1).expand(4, -1, -1)
+    known = torch.stack([torch.sin(2 * torch.pi * t / 6), torch.cos(2 * torch.pi * t / 6), t / 18], -1).expand(
+        4, -1, -1
+    )
     return TemporalFusionTransformer(cfg), (torch.arange(4) % 5, usage[:, :12], known.contiguous()), usage[:, 12:]
 
 
@@ -198,8 +205,15 @@ def test_negative_binomial_has_the_papers_mean_and_variance() -> None:
 
 def _tiny_deepar(num_samples: int = 3) -> tuple[DeepAR, torch.Tensor, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    cfg = DeepARConfig(context_length=12, prediction_length=4, num_series=5, hidden=8, num_samples=num_samples,
-                       lags=(1, 2, 6), dropout=0.0)
+    cfg = DeepARConfig(
+        context_length=12,
+        prediction_length=4,
+        num_series=5,
+        hidden=8,
+        num_samples=num_samples,
+        lags=(1, 2, 6),
+        dropout=0.0,
+    )
     t = torch.arange(6 + 16, dtype=torch.float32)
     series = (20 + 10 * torch.sin(2 * torch.pi * (t[None] + torch.arange(3)[:, None]) / 6)).round()  # (3, 22)
     features = torch.randn(3, 16, 5, dtype=F64)
@@ -281,7 +295,9 @@ def test_residual_attention_adds_the_previous_layers_scores() -> None:
 
 def test_patchtst_channels_are_independent_in_eval() -> None:
     torch.manual_seed(0)
-    model = PatchTST(PatchTSTConfig(enc_in=3, seq_len=48, pred_len=16, d_model=16, n_heads=2, d_ff=32, e_layers=2)).eval()
+    model = PatchTST(
+        PatchTSTConfig(enc_in=3, seq_len=48, pred_len=16, d_model=16, n_heads=2, d_ff=32, e_layers=2)
+    ).eval()
     x = torch.randn(2, 48, 3)
     base = model(x)
     changed = x.clone()
@@ -293,8 +309,9 @@ def test_patchtst_channels_are_independent_in_eval() -> None:
 
 def test_patchtst_mse_falls_on_a_fixed_batch() -> None:
     torch.manual_seed(0)
-    model = PatchTST(PatchTSTConfig(enc_in=2, seq_len=48, pred_len=16, d_model=16, n_heads=2, d_ff=32, e_layers=2,
-                                    dropout=0.0))
+    model = PatchTST(
+        PatchTSTConfig(enc_in=2, seq_len=48, pred_len=16, d_model=16, n_heads=2, d_ff=32, e_layers=2, dropout=0.0)
+    )
     t = torch.arange(64, dtype=torch.float32)
     series = torch.stack([torch.sin(2 * torch.pi * (t + 3 * s) / 12) for s in range(8)]).unsqueeze(-1).repeat(1, 1, 2)
     x, y = series[:, :48], series[:, 48:]

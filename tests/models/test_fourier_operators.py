@@ -9,8 +9,12 @@ import torch
 
 import torchgauge
 from torchgauge.models.other.scientific.afno import AFNO2D, AFNOConfig, AFNONet
-from torchgauge.models.other.scientific.fourier_neural_operator import relative_l2_loss
-from torchgauge.models.other.scientific.fourier_neural_operator import FNO3d, FNO3dConfig, SpectralConv3d
+from torchgauge.models.other.scientific.fourier_neural_operator import (
+    FNO3d,
+    FNO3dConfig,
+    SpectralConv3d,
+    relative_l2_loss,
+)
 
 F64 = torch.float64
 

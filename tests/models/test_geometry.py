@@ -210,8 +210,12 @@ def test_dcp_loss_is_zero_for_the_true_transform_and_rigid_pairs_are_rigid() -> 
     src, tgt, rotation, translation = rigid_pairs(ctx, 3, cfg)
     # point order is shuffled, but centroids and the spread of the clouds are order-free
     torch.testing.assert_close(tgt.mean(2), (rotation @ src.mean(2, keepdim=True)).squeeze(2) + translation)
-    torch.testing.assert_close(torch.linalg.svdvals(src - src.mean(2, keepdim=True)),
-                               torch.linalg.svdvals(tgt - tgt.mean(2, keepdim=True)), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        torch.linalg.svdvals(src - src.mean(2, keepdim=True)),
+        torch.linalg.svdvals(tgt - tgt.mean(2, keepdim=True)),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     r_ba = rotation.mT
     t_ba = -(r_ba @ translation[..., None]).squeeze(2)
     loss = dcp_loss((rotation, translation, r_ba, t_ba), (rotation, translation), cycle=False)
@@ -252,7 +256,9 @@ def test_constant_medium_renders_the_closed_form(sigma: float, scale: float) -> 
     rgb, _, acc, weights, depth = raw2outputs(raw, z_vals, rays_d)
     length = (far - near) * scale
     opacity = acc - weights[:, -1]  # the last interval is infinite and absorbs the rest
-    torch.testing.assert_close(opacity, torch.full((4,), 1 - math.exp(-sigma * length), dtype=F64), rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(
+        opacity, torch.full((4,), 1 - math.exp(-sigma * length), dtype=F64), rtol=1e-6, atol=1e-8
+    )
     torch.testing.assert_close(acc, torch.ones(4, dtype=F64))
     torch.testing.assert_close(rgb, colour.expand(4, 3))
     # white background adds what is not absorbed: nothing here

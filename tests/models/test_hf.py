@@ -101,8 +101,12 @@ EXPECTED_CHECKPOINTS = {
 
 
 def _sizes(config) -> tuple:
-    return (config.num_hidden_layers, config.hidden_size, getattr(config, "num_attention_heads", None),
-            getattr(config, "vocab_size", None))
+    return (
+        config.num_hidden_layers,
+        config.hidden_size,
+        getattr(config, "num_attention_heads", None),
+        getattr(config, "vocab_size", None),
+    )
 
 
 def test_every_model_is_registered() -> None:
@@ -218,10 +222,10 @@ def test_generate_emits_exactly_n_new_tokens(name: str, decoder_prefix: str) -> 
 
 def test_input_recipes_shapes() -> None:
     transformers = pytest.importorskip("transformers")
+    import torch
+
     from torchgauge.models.nlp.hf.whisper import WHISPER_TINY, speech_inputs
     from torchgauge.workload import BuildContext
-
-    import torch
 
     config = WHISPER_TINY.build_config(transformers, smoke=True)
     train = BuildContext("t", "train", torch.device("cpu"), 3, "smoke", batch_size_given=True)

@@ -69,7 +69,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -84,7 +84,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def domain_of(module: str) -> str:
     """``torchgauge.models.speech.rnnt`` -> ``speech``; the package root itself -> ``""``."""
-    rest = module[len(PACKAGE) + 1:]
+    rest = module[len(PACKAGE) + 1 :]
     return rest.split(".", 1)[0] if rest else ""
 
 
@@ -108,7 +108,7 @@ def test_graph_covers_the_domains_and_common():
 
 def test_no_import_cycle_between_model_modules():
     cycle = find_cycle(import_graph())
-    assert not cycle, "import cycle: " + " -> ".join(m[len(PACKAGE) + 1:] for m in cycle)
+    assert not cycle, "import cycle: " + " -> ".join(m[len(PACKAGE) + 1 :] for m in cycle)
 
 
 def test_domains_import_only_themselves_and_common():

@@ -31,9 +31,14 @@ def _linear_system() -> tuple[torch.Tensor, torch.Tensor]:
     """``A`` (3, 3) with eigenvalues ``0.95 e^{+-0.3i}`` and 0.8 in a random basis, and a trajectory ``(40, 3)``."""
     gen = torch.Generator().manual_seed(0)
     rho, phi = 0.95, 0.3
-    block = torch.tensor([[rho * math.cos(phi), -rho * math.sin(phi), 0.0],
-                          [rho * math.sin(phi), rho * math.cos(phi), 0.0],
-                          [0.0, 0.0, 0.8]], dtype=torch.float64)
+    block = torch.tensor(
+        [
+            [rho * math.cos(phi), -rho * math.sin(phi), 0.0],
+            [rho * math.sin(phi), rho * math.cos(phi), 0.0],
+            [0.0, 0.0, 0.8],
+        ],
+        dtype=torch.float64,
+    )
     basis = torch.randn(3, 3, generator=gen, dtype=torch.float64) + 2 * torch.eye(3, dtype=torch.float64)
     a = basis @ block @ torch.linalg.inv(basis)
     xs = [torch.randn(3, generator=gen, dtype=torch.float64)]
@@ -43,8 +48,12 @@ def _linear_system() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _expected_eigenvalues() -> torch.Tensor:
-    return _sorted(torch.tensor([0.95 * complex(math.cos(0.3), math.sin(0.3)),
-                                 0.95 * complex(math.cos(0.3), -math.sin(0.3)), 0.8], dtype=torch.complex128))
+    return _sorted(
+        torch.tensor(
+            [0.95 * complex(math.cos(0.3), math.sin(0.3)), 0.95 * complex(math.cos(0.3), -math.sin(0.3)), 0.8],
+            dtype=torch.complex128,
+        )
+    )
 
 
 def test_delay_pairs_on_a_hand_made_sequence() -> None:
@@ -90,8 +99,10 @@ def test_lkis_with_identity_encoder_on_linear_data_estimates_the_system() -> Non
     g0, g1 = outputs[:2]
     torch.testing.assert_close(g0, xs[:-1])
     torch.testing.assert_close(koopman_operator(g0, g1), a, rtol=1e-8, atol=1e-8)
-    assert model.loss(outputs) - cfg.alpha * 0.5 * sum(
-        nn.functional.mse_loss(outputs[i], outputs[i + 2]) for i in (2, 3)) < 1e-20  # Koopman residual ~ 0
+    assert (
+        model.loss(outputs) - cfg.alpha * 0.5 * sum(nn.functional.mse_loss(outputs[i], outputs[i + 2]) for i in (2, 3))
+        < 1e-20
+    )  # Koopman residual ~ 0
     lam, rates, y_preds = model.analyse(xs)
     torch.testing.assert_close(_sorted(lam), _expected_eigenvalues(), rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(rates, torch.log(lam) / 0.5)  # growth log|lam|/dt, frequency arg(lam)/dt
@@ -105,8 +116,9 @@ def test_limit_cycle_series_has_the_stated_koopman_eigenvalues() -> None:
     y0, y1 = delay_pairs(series, 5)
     lam, _, _ = dmd(y0.flatten(1), y1.flatten(1), eps=1e-3)
     step = cfg.omega * cfg.dt
-    expected = torch.tensor([complex(math.cos(m * step), math.sin(m * step)) for m in (-2, -1, 0, 1, 2)],
-                            dtype=torch.complex128)
+    expected = torch.tensor(
+        [complex(math.cos(m * step), math.sin(m * step)) for m in (-2, -1, 0, 1, 2)], dtype=torch.complex128
+    )
     torch.testing.assert_close(_sorted(lam), _sorted(expected), rtol=0, atol=1e-3)
 
 

@@ -9,7 +9,13 @@ import torch
 from torch.nn import functional as F
 
 import torchgauge
-from torchgauge.models.other.probabilistic.prodlda import DOC_LENGTH, ProdLDA, ProdLDAConfig, negative_elbo, synthetic_documents
+from torchgauge.models.other.probabilistic.prodlda import (
+    DOC_LENGTH,
+    ProdLDA,
+    ProdLDAConfig,
+    negative_elbo,
+    synthetic_documents,
+)
 from torchgauge.models.vision.generation.dalle_dvae import (
     DiscreteVAE,
     DVAEConfig,
@@ -39,7 +45,7 @@ def test_prodlda_negative_elbo_matches_hand_written_formulas() -> None:
     # KL(N(mu, s^2) || N(0, 1)) = (s^2 + mu^2 - 1 - log s^2) / 2 per topic
     kl = 0.5 * (sigma**2 + mu**2 - 1 - 2 * sigma.log()).sum(-1)
     # multinomial: log n! - sum log x! + sum x log p, n = the document's own length
-    log_lik = (torch.lgamma(docs.sum(-1) + 1) - torch.lgamma(docs + 1).sum(-1) + (docs * probs.log()).sum(-1))
+    log_lik = torch.lgamma(docs.sum(-1) + 1) - torch.lgamma(docs + 1).sum(-1) + (docs * probs.log()).sum(-1)
     torch.testing.assert_close(negative_elbo(posterior, prior, probs, docs), (kl - log_lik).sum())
 
 
@@ -140,8 +146,9 @@ def test_vq_eval_leaves_the_codebook_alone() -> None:
 
 def test_vq_vae_reconstruction_gradient_reaches_the_encoder_through_the_codes() -> None:
     torch.manual_seed(0)
-    model = VQVAE(VQVAEConfig(num_hiddens=16, num_residual_hiddens=8, embedding_dim=8, num_embeddings=16,
-                              commitment_cost=0.0))
+    model = VQVAE(
+        VQVAEConfig(num_hiddens=16, num_residual_hiddens=8, embedding_dim=8, num_embeddings=16, commitment_cost=0.0)
+    )
     x = torch.rand(2, 3, 32, 32) - 0.5
     x_hat, vq_loss, indices = model(x)
     assert x_hat.shape == (2, 3, 32, 32) and indices.shape == (2, 8, 8) and vq_loss.item() == 0
@@ -166,8 +173,14 @@ def test_logit_laplace_nll_is_a_laplace_on_the_logit_with_the_jacobian() -> None
 def test_logit_laplace_density_integrates_to_one() -> None:
     x = torch.linspace(1e-6, 1 - 1e-6, 200_001, dtype=F64).view(1, 1, 1, -1)
     stats = torch.tensor([0.7, -1.2], dtype=F64).view(1, 2, 1, 1).expand(1, 2, 1, x.shape[-1])
-    density = torch.exp(-(math.log(2) + stats[:, 1:] + torch.log(x * (1 - x))
-                          + (torch.logit(x) - stats[:, :1]).abs() * torch.exp(-stats[:, 1:])))
+    density = torch.exp(
+        -(
+            math.log(2)
+            + stats[:, 1:]
+            + torch.log(x * (1 - x))
+            + (torch.logit(x) - stats[:, :1]).abs() * torch.exp(-stats[:, 1:])
+        )
+    )
     assert torch.trapezoid(density.flatten(), x.flatten()).item() == pytest.approx(1.0, abs=1e-3)
 
 
@@ -182,8 +195,9 @@ def test_dvae_kl_to_the_uniform_prior() -> None:
     logits = torch.randn(2, 16, 3, 3, dtype=F64)
     q = logits.softmax(1)
     kl = (q * (q * 16).log()).sum() / 2
-    torch.testing.assert_close(dvae_negative_elbo(x, stats, logits, kl_weight=2.0).double(), nll + 2.0 * kl,
-                               rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        dvae_negative_elbo(x, stats, logits, kl_weight=2.0).double(), nll + 2.0 * kl, rtol=1e-5, atol=0
+    )
 
 
 def test_dvae_pixel_maps_invert_and_tokens_decode_to_images() -> None:

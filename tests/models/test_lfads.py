@@ -10,8 +10,9 @@ from torch.distributions import MultivariateNormal, Normal, kl_divergence
 
 from torchgauge.models.other.sequence.lfads import LFADS, ClippedGRUCell, LFADSConfig, ar1_kl, normal_kl
 
-TINY = LFADSConfig(data_dim=5, seq_len=7, ic_enc_dim=6, ci_enc_dim=4, con_dim=5, co_dim=2, ic_dim=3,
-                   gen_dim=8, fac_dim=4)
+TINY = LFADSConfig(
+    data_dim=5, seq_len=7, ic_enc_dim=6, ci_enc_dim=4, con_dim=5, co_dim=2, ic_dim=3, gen_dim=8, fac_dim=4
+)
 
 
 def _counts(b: int = 4, cfg: LFADSConfig = TINY, seed: int = 0) -> torch.Tensor:

@@ -64,7 +64,9 @@ def test_rss_by_hand() -> None:
 
 def test_complex_mul_by_hand() -> None:
     # (1 + 2i)(3 - i) = 3 - i + 6i + 2 = 5 + 5i
-    torch.testing.assert_close(complex_mul(torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])), torch.tensor([5.0, 5.0]))
+    torch.testing.assert_close(
+        complex_mul(torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])), torch.tensor([5.0, 5.0])
+    )
 
 
 class _Zero(nn.Module):
@@ -122,5 +124,5 @@ def test_equispaced_mask_has_the_acs_block_and_a_quarter_of_the_lines() -> None:
     lines = mask.flatten()
     assert num_low == 29
     pad = (368 - 29 + 1) // 2
-    assert lines[pad: pad + num_low].all()
+    assert lines[pad : pad + num_low].all()
     assert abs(int(lines.sum()) - 368 / 4) <= 2

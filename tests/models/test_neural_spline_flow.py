@@ -38,7 +38,9 @@ def test_spline_maps_knots_to_knots_and_is_monotone() -> None:
     w, h, d = (torch.randn(1, 6, generator=gen, dtype=F64) for _ in range(3))
     d = torch.randn(1, 7, generator=gen, dtype=F64)
     x = torch.linspace(-1, 1, 401, dtype=F64)
-    y, _ = rational_quadratic_spline(x, w.expand(401, 6), h.expand(401, 6), d.expand(401, 7), left=-1, right=1, bottom=-1, top=1)
+    y, _ = rational_quadratic_spline(
+        x, w.expand(401, 6), h.expand(401, 6), d.expand(401, 7), left=-1, right=1, bottom=-1, top=1
+    )
     assert torch.all(y[1:] > y[:-1])
     torch.testing.assert_close(y[[0, -1]], torch.tensor([-1.0, 1.0], dtype=F64))
     # interior knot: x at the cumulative softmax width maps to the cumulative softmax height
@@ -63,7 +65,11 @@ def test_spline_has_identity_tails_and_its_inverse_undoes_it() -> None:
 
 def test_spline_log_derivative_matches_autograd() -> None:
     gen = torch.Generator().manual_seed(2)
-    w, h, d = torch.randn(50, 8, generator=gen, dtype=F64), torch.randn(50, 8, generator=gen, dtype=F64), torch.randn(50, 7, generator=gen, dtype=F64)
+    w, h, d = (
+        torch.randn(50, 8, generator=gen, dtype=F64),
+        torch.randn(50, 8, generator=gen, dtype=F64),
+        torch.randn(50, 7, generator=gen, dtype=F64),
+    )
     x = (torch.rand(50, generator=gen, dtype=F64) * 6 - 3).requires_grad_(True)
     y, logdet = unconstrained_rational_quadratic_spline(x, w, h, d, tail_bound=3.0)
     (dydx,) = torch.autograd.grad(y.sum(), x)  # elementwise: the Jacobian is diagonal

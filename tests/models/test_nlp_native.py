@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 import torchgauge
+from torchgauge.models.common.padding import length_mask, random_lengths
+from torchgauge.models.common.transformer_layers import sinusoid_table
 from torchgauge.models.nlp.bert import BERT, PAD
 from torchgauge.models.nlp.gpt import GPT, GPTConfig
 from torchgauge.models.nlp.llama import Attention, RMSNorm, apply_rotary, rotary_tables
-from torchgauge.models.common.padding import length_mask, random_lengths
-from torchgauge.models.common.transformer_layers import sinusoid_table
 from torchgauge.models.nlp.transformer import Transformer
 from torchgauge.workload import BuildContext
 

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 import torchgauge
 from torchgauge.models.vision.ocr.crnn import (
     CRNN,
-    CRNNConfig,
     LEGACY_FRENCH_VOCAB,
+    CRNNConfig,
     ctc_greedy_decode,
     tokens_to_words,
 )

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 import torchgauge
 from torchgauge.models.other.graph.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
+from torchgauge.models.other.meta_learning.maml import MAMLConfig, MAMLWorkload, OmniglotNet
 from torchgauge.models.other.privacy.differential_privacy import per_sample_gradients, privatize_gradients
 from torchgauge.models.other.scientific.lennard_jones import (
     PairPotential,
@@ -21,12 +22,11 @@ from torchgauge.models.other.scientific.lennard_jones import (
     lennard_jones_forces,
     potential_mlp,
 )
-from torchgauge.models.other.sequence.linear_chain_crf import LinearChainCRF
-from torchgauge.models.other.meta_learning.maml import MAMLConfig, MAMLWorkload, OmniglotNet
-from torchgauge.models.other.self_supervised.moco import MoCo, MoCoConfig
 from torchgauge.models.other.scientific.ocean_grid import NumpyLegacyStream, grid_shape
 from torchgauge.models.other.scientific.pyhpc_equation_of_state import gsw_dhdct, specific_volume
 from torchgauge.models.other.scientific.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
+from torchgauge.models.other.self_supervised.moco import MoCo, MoCoConfig
+from torchgauge.models.other.sequence.linear_chain_crf import LinearChainCRF
 from torchgauge.workload import BuildContext
 
 F64 = torch.float64
@@ -99,11 +99,13 @@ PATH_EDGES = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])  # 0 - 1 - 2, both direc
 
 def test_gcn_normalisation_on_a_path_graph() -> None:
     # with self loops the degrees are 2, 3, 2
-    a_hat = torch.tensor([
-        [1 / 2, 1 / math.sqrt(6), 0.0],
-        [1 / math.sqrt(6), 1 / 3, 1 / math.sqrt(6)],
-        [0.0, 1 / math.sqrt(6), 1 / 2],
-    ])
+    a_hat = torch.tensor(
+        [
+            [1 / 2, 1 / math.sqrt(6), 0.0],
+            [1 / math.sqrt(6), 1 / 3, 1 / math.sqrt(6)],
+            [0.0, 1 / math.sqrt(6), 1 / 2],
+        ]
+    )
     edges, weights = gcn_edge_weights(PATH_EDGES, 3)
     dense = torch.zeros(3, 3).index_put_((edges[1], edges[0]), weights, accumulate=True)
     torch.testing.assert_close(dense, a_hat)
@@ -121,7 +123,6 @@ def test_aggregate_reductions() -> None:
     assert aggregate(messages, target, 4, "sum").flatten().tolist() == [2.0, -3.0, 5.0, 0.0]
     assert aggregate(messages, target, 4, "mean").flatten().tolist() == [2.0, -1.5, 5.0, 0.0]
     assert aggregate(messages, target, 4, "max").flatten().tolist() == [2.0, 1.0, 5.0, 0.0]
-
 
 
 def test_edge_softmax_matches_dense_masked_softmax() -> None:
@@ -148,6 +149,7 @@ def test_gat_one_head_attends_by_dense_softmax() -> None:
     scores = F.leaky_relu(a_dst[:, None] + a_src[None, :], 0.2).masked_fill(~adj, float("-inf"))
     torch.testing.assert_close(conv(x, PATH_EDGES), torch.softmax(scores, 1) @ h + conv.bias)
 
+
 # -- pyhpc kernels ---------------------------------------------------------------------------------
 def test_grid_shape_of_torchbench_size() -> None:
     assert grid_shape(2**20) == (204, 204, 26)
@@ -172,8 +174,13 @@ def test_eos_matches_pyhpc_reference(point, expected) -> None:
 # TorchBench's own gsw_dHdT (pyhpc_equation_of_state/eos_pytorch.py at 0e83c440) on its seed-17
 # inputs at 2**12 points: the output's sum and its values at a few flat indices.
 TORCHBENCH_EOS_SMOKE_SUM = 84.2527637165103
-TORCHBENCH_EOS_SMOKE_VALUES = {0: 0.1943896310866231, 1000: -0.13158846347877784, 2047: 0.3486889113754046,
-                               3000: -0.19314852489401346, 4095: -0.8129357637599242}
+TORCHBENCH_EOS_SMOKE_VALUES = {
+    0: 0.1943896310866231,
+    1000: -0.13158846347877784,
+    2047: 0.3486889113754046,
+    3000: -0.19314852489401346,
+    4095: -0.8129357637599242,
+}
 
 
 def test_eos_feeds_torchbench_inputs_and_matches_its_outputs() -> None:
@@ -304,8 +311,11 @@ def test_functorch_and_autograd_maml_forward_agrees_with_batch_norm() -> None:
     torch.testing.assert_close(out_vmap, out_loop)
 
 
-@pytest.mark.xfail(strict=True, reason="upstream: batch_norm backward batching rule under vmap is wrong for "
-                   "second-order grads (pytorch/functorch#534); the autograd loop matches finite differences")
+@pytest.mark.xfail(
+    strict=True,
+    reason="upstream: batch_norm backward batching rule under vmap is wrong for "
+    "second-order grads (pytorch/functorch#534); the autograd loop matches finite differences",
+)
 def test_functorch_maml_meta_gradient_with_batch_norm() -> None:
     # Found by this suite on torch 2.13: second-order meta-gradients through BatchNorm differ by
     # ~5% between vmap(grad) and the loop; finite differences side with the loop. strict=True makes

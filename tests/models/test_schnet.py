@@ -59,8 +59,12 @@ def test_radius_graph_matches_brute_force_pairs() -> None:
     cutoff = 2.0
     edges = radius_graph(pos, batch, cutoff)
     got = sorted(map(tuple, edges.T.tolist()))
-    expected = sorted((s, t) for t in range(len(pos)) for s in range(len(pos))
-                      if s != t and batch[s] == batch[t] and (pos[s] - pos[t]).norm() < cutoff)
+    expected = sorted(
+        (s, t)
+        for t in range(len(pos))
+        for s in range(len(pos))
+        if s != t and batch[s] == batch[t] and (pos[s] - pos[t]).norm() < cutoff
+    )
     assert got == expected and len(expected) > 0
     assert torch.all(edges[1][1:] >= edges[1][:-1])  # sorted by target
 
@@ -97,8 +101,12 @@ def test_energy_is_a_sum_over_molecules() -> None:
     model = _model(4)
     with torch.no_grad():
         together = model(z, pos, batch, 3)
-        alone = torch.stack([model(z[batch == m], pos[batch == m], torch.zeros(int((batch == m).sum()), dtype=torch.long), 1)[0]
-                             for m in range(3)])
+        alone = torch.stack(
+            [
+                model(z[batch == m], pos[batch == m], torch.zeros(int((batch == m).sum()), dtype=torch.long), 1)[0]
+                for m in range(3)
+            ]
+        )
     torch.testing.assert_close(together, alone)
 
 
@@ -108,7 +116,9 @@ def test_cosine_cutoff_removes_pairs_at_the_cutoff_smoothly() -> None:
     model = _model(5)
     z, batch = torch.tensor([6, 8]), torch.tensor([0, 0])
     with torch.no_grad():
-        isolated = sum(model(z[i:i + 1], torch.zeros(1, 3, dtype=F64), torch.zeros(1, dtype=torch.long), 1) for i in range(2))
+        isolated = sum(
+            model(z[i : i + 1], torch.zeros(1, 3, dtype=F64), torch.zeros(1, dtype=torch.long), 1) for i in range(2)
+        )
         near_cut = model(z, torch.tensor([[0.0, 0, 0], [SMALL.cutoff - 1e-4, 0, 0]], dtype=F64), batch, 1)
     torch.testing.assert_close(near_cut, isolated, rtol=0, atol=1e-6)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torchgauge
+from torchgauge.models.other.probabilistic.gaussian_process import JITTER, ExactGP, target_function
 from torchgauge.models.other.scientific.fourier_neural_operator import (
     A_HIGH,
     A_LOW,
@@ -17,7 +18,6 @@ from torchgauge.models.other.scientific.fourier_neural_operator import (
     darcy_coefficients,
     relative_l2_loss,
 )
-from torchgauge.models.other.probabilistic.gaussian_process import JITTER, ExactGP, target_function
 from torchgauge.workload import BuildContext
 
 F64 = torch.float64
@@ -76,8 +76,10 @@ def test_spectral_conv_is_resolution_invariant_on_band_limited_input() -> None:
         grid = torch.arange(s, dtype=F64) / s
         k = torch.arange(-3, 4, dtype=F64)
         phase = 2 * math.pi * (k.view(7, 1, 1, 1) * grid.view(1, 1, s, 1) + k.view(1, 7, 1, 1) * grid.view(1, 1, 1, s))
-        return (torch.einsum("ckl,klxy->cxy", coef[:, 0], torch.cos(phase))
-                + torch.einsum("ckl,klxy->cxy", coef[:, 1], torch.sin(phase))).unsqueeze(0)
+        return (
+            torch.einsum("ckl,klxy->cxy", coef[:, 0], torch.cos(phase))
+            + torch.einsum("ckl,klxy->cxy", coef[:, 1], torch.sin(phase))
+        ).unsqueeze(0)
 
     coarse, fine = conv(sample(16)), conv(sample(32))
     assert coarse.abs().max() > 1e-3  # the kept modes carry signal

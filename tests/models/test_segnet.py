@@ -34,9 +34,9 @@ def test_pool_unpool_puts_each_maximum_back_where_it_was() -> None:
     assert up.shape == x.shape
     for i in range(2):
         for j in range(3):  # each 2x2 window of the 4 x 6 pooled area keeps exactly its maximum
-            window = x[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
-            torch.testing.assert_close(up[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2].amax((1, 2)), window.amax((1, 2)))
-            assert ((up[0, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2] != 0).sum((1, 2)) == 1).all()
+            window = x[0, :, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2]
+            torch.testing.assert_close(up[0, :, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2].amax((1, 2)), window.amax((1, 2)))
+            assert ((up[0, :, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2] != 0).sum((1, 2)) == 1).all()
     assert (up[0, :, 4, :] == 0).all() and (up[0, :, :, 6] == 0).all()  # the rows/columns pooling dropped
 
 

@@ -77,8 +77,7 @@ def test_stack_time_concatenates_frames_and_rounds_lengths_up() -> None:
 def test_angle_proto_loss_hand_computed() -> None:
     # Speaker 0: positive (1, 0), other utterances average to (1, 0).
     # Speaker 1: positive (1, 1)/sqrt2, other utterances average to (0, 1.5).
-    x = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]],
-                      [[1.0, 1.0], [0.0, 1.0], [0.0, 2.0]]])
+    x = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]], [[1.0, 1.0], [0.0, 1.0], [0.0, 2.0]]])
     loss = AngleProtoLoss(init_w=10.0, init_b=-5.0)(x)
     # cosines: row 0 = [1, 0]; row 1 = [1/sqrt2, 1/sqrt2]; logits = 10 cos - 5
     row0 = math.log(1 + math.exp(-10.0))  # -log softmax([5, -5])[0]

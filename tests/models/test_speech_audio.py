@@ -96,8 +96,14 @@ def test_period_discriminator_reflect_pads_and_folds_by_period() -> None:
 
 def test_generator_upsamples_by_hop_and_weight_norm_removal_keeps_the_function() -> None:
     torch.manual_seed(0)
-    cfg = HiFiGANConfig(num_mels=8, upsample_rates=(4, 2), upsample_kernel_sizes=(8, 4), upsample_initial_channel=16,
-                        resblock_kernel_sizes=(3, 5), resblock_dilation_sizes=((1, 3), (1, 3)))
+    cfg = HiFiGANConfig(
+        num_mels=8,
+        upsample_rates=(4, 2),
+        upsample_kernel_sizes=(8, 4),
+        upsample_initial_channel=16,
+        resblock_kernel_sizes=(3, 5),
+        resblock_dilation_sizes=((1, 3), (1, 3)),
+    )
     g = Generator(cfg).double().eval()
     mel = torch.randn(2, 8, 5, dtype=F64)
     with torch.no_grad():
@@ -131,8 +137,14 @@ def test_mu_law_hand_computed_and_round_trip() -> None:
 
 def _small_wavenet(use_biases: bool = True) -> WaveNet:
     torch.manual_seed(0)
-    cfg = WaveNetConfig(dilations=(1, 2, 4) * 2, residual_channels=6, dilation_channels=5, skip_channels=7,
-                        quantization_channels=16, use_biases=use_biases)
+    cfg = WaveNetConfig(
+        dilations=(1, 2, 4) * 2,
+        residual_channels=6,
+        dilation_channels=5,
+        skip_channels=7,
+        quantization_channels=16,
+        use_biases=use_biases,
+    )
     return WaveNet(cfg).double().eval()
 
 
@@ -244,8 +256,15 @@ def test_a_weighting_is_zero_at_one_kilohertz() -> None:
 
 def test_ddsp_spectral_loss_falls_on_a_fixed_note() -> None:
     torch.manual_seed(0)
-    cfg = DDSPConfig(n_samples=1600, ch=16, rnn_channels=16, n_harmonics=8, n_noise_magnitudes=9, reverb_length=400,
-                     fft_sizes=(256, 64))
+    cfg = DDSPConfig(
+        n_samples=1600,
+        ch=16,
+        rnn_channels=16,
+        n_harmonics=8,
+        n_noise_magnitudes=9,
+        reverb_length=400,
+        fft_sizes=(256, 64),
+    )
     model = DDSPAutoencoder(cfg)
     frames = cfg.n_frames
     f0 = torch.full((1, frames, 1), 220.0)

@@ -71,7 +71,11 @@ def test_prior_variational_distribution_predicts_the_prior() -> None:
 
 
 def test_expected_log_likelihood_is_the_gaussian_log_density_minus_the_variance_term() -> None:
-    y, mean, noise = torch.tensor([0.3, -1.0], dtype=F64), torch.tensor([0.1, 0.5], dtype=F64), torch.tensor(0.2, dtype=F64)
+    y, mean, noise = (
+        torch.tensor([0.3, -1.0], dtype=F64),
+        torch.tensor([0.1, 0.5], dtype=F64),
+        torch.tensor(0.2, dtype=F64),
+    )
     log_density = torch.distributions.Normal(mean, noise.sqrt()).log_prob(y)
     torch.testing.assert_close(expected_log_likelihood(y, mean, torch.zeros(2, dtype=F64), noise), log_density)
     var = torch.tensor([0.4, 0.1], dtype=F64)

@@ -74,7 +74,7 @@ def test_window_attention_matches_a_slow_per_window_loop() -> None:
     for b in range(x.shape[0]):
         heads_out = []
         for h in range(heads):
-            qh, kh, vh = (t[b, :, h * hs:(h + 1) * hs] for t in (q, k, v))
+            qh, kh, vh = (t[b, :, h * hs : (h + 1) * hs] for t in (q, k, v))
             logits = qh @ kh.T / hs**0.5
             for i in range(win * win):
                 for j in range(win * win):
@@ -92,8 +92,10 @@ def test_patch_merging_concatenates_2x2_neighbours_in_the_reference_order() -> N
     x = torch.randn(1, 4, 4, 3)
     out = merge(x.view(1, 16, 3)).view(1, 2, 2, 12)
     i, j = 1, 0
-    torch.testing.assert_close(out[0, i, j], torch.cat([x[0, 2 * i, 2 * j], x[0, 2 * i + 1, 2 * j],
-                                                        x[0, 2 * i, 2 * j + 1], x[0, 2 * i + 1, 2 * j + 1]]))
+    torch.testing.assert_close(
+        out[0, i, j],
+        torch.cat([x[0, 2 * i, 2 * j], x[0, 2 * i + 1, 2 * j], x[0, 2 * i, 2 * j + 1], x[0, 2 * i + 1, 2 * j + 1]]),
+    )
 
 
 def test_drop_path_zeroes_or_rescales_whole_samples() -> None:

@@ -73,7 +73,7 @@ def test_teacher_forcing_shapes_and_dependence_on_previous_frames_only():
     # The decoder at step s sees target frames only up to step s - 1: changing the last group of
     # r target frames leaves every decoder output unchanged.
     changed = mels.clone()
-    changed[:, -SMOKE.r:] += 1.0
+    changed[:, -SMOKE.r :] += 1.0
     memory = model.encoder_cbhg(model.encoder_prenet(model.embedding(text)))
     torch.testing.assert_close(model.decoder(memory, changed, 4)[0], model.decoder(memory, mels, 4)[0])
 

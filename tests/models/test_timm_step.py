@@ -38,8 +38,12 @@ def test_timm_sgd_is_nesterov_without_decay_on_biases_norms_and_listed_names() -
     model = _Embedded()
     opt = timm_sgd(model)
     no_decay, decay = opt.param_groups
-    assert {id(p) for p in no_decay["params"]} == {id(model.pos_embed), id(model.fc.bias), id(model.norm.weight),
-                                                  id(model.norm.bias)}
+    assert {id(p) for p in no_decay["params"]} == {
+        id(model.pos_embed),
+        id(model.fc.bias),
+        id(model.norm.weight),
+        id(model.norm.bias),
+    }
     assert [id(p) for p in decay["params"]] == [id(model.fc.weight)]  # the frozen weight is left out
     assert (no_decay["weight_decay"], decay["weight_decay"]) == (0.0, 1e-4)
     assert all(g["lr"] == 1e-4 and g["momentum"] == 0.9 and g["nesterov"] for g in opt.param_groups)

@@ -51,8 +51,7 @@ def tensor_signature(t: torch.Tensor) -> str:
 
 def _build(name: str, mode: str, device: str) -> Any:
     spec = get_spec(name)
-    ctx = BuildContext(name=name, mode=mode, device=torch.device(device), batch_size=spec.batch_size(mode),
-                       size="full")
+    ctx = BuildContext(name=name, mode=mode, device=torch.device(device), batch_size=spec.batch_size(mode), size="full")
     builder = get_builder(name)  # imports the model's module where the registry only has its index entry
     if device == "meta":
         with torch.device("meta"):
@@ -146,8 +145,9 @@ def render_markdown(table: dict[str, Any]) -> str:
         tb_params = f"{tb['params']:,}" if tb.get("params") is not None else "n/a"
         ours_params = f"{ours['params']:,}" if ours.get("params") is not None else "n/a"
         verdict = "match" if row["verdict"] == "match" else "**differs**"
-        out.append(f"| [{name}](#{name.lower()}) | {verdict} | {tb_params} / {ours_params} | "
-                   f"{batch(tb)} vs {batch(ours)} |")
+        out.append(
+            f"| [{name}](#{name.lower()}) | {verdict} | {tb_params} / {ours_params} | {batch(tb)} vs {batch(ours)} |"
+        )
     out += [
         "",
         "## Published architectures",
@@ -165,31 +165,44 @@ def render_markdown(table: dict[str, Any]) -> str:
     for name, row in rows.items():
         tb, ours = row["torchbench"], row["ours"]
         out += [f"### {name}", "", f"- **Verdict**: {row['verdict']}"]
-        out.append(f"- **TorchBench** (`{tb['file']}`): modes {', '.join(tb.get('modes', ['train', 'eval']))}"
-                   f" on {', '.join(tb.get('devices', ['cpu', 'cuda']))}; batch {tb['batch'][0]} / {tb['batch'][1]}"
-                   f" (`{tb['batch_src']}`)" + (f", CPU {tb['cpu_batch'][0]} / {tb['cpu_batch'][1]} (`{tb['cpu_batch_src']}`)"
-                                               if tb.get("cpu_batch") else ""))
+        out.append(
+            f"- **TorchBench** (`{tb['file']}`): modes {', '.join(tb.get('modes', ['train', 'eval']))}"
+            f" on {', '.join(tb.get('devices', ['cpu', 'cuda']))}; batch {tb['batch'][0]} / {tb['batch'][1]}"
+            f" (`{tb['batch_src']}`)"
+            + (
+                f", CPU {tb['cpu_batch'][0]} / {tb['cpu_batch'][1]} (`{tb['cpu_batch_src']}`)"
+                if tb.get("cpu_batch")
+                else ""
+            )
+        )
         if tb.get("params") is not None:
             out.append(f"  - parameters {tb['params']:,} ({tb['params_src']})")
         for mode in ("train", "eval"):
             if f"{mode}_inputs" in tb:
                 out.append(f"  - {mode} inputs {', '.join(f'`{s}`' for s in tb[f'{mode}_inputs'])}")
         if "seq_len" in tb:
-            out.append(f"  - sequence length {tb['seq_len'][0]} / {tb['seq_len'][1]}, eval on CPU "
-                       f"{tb.get('cpu_eval_seq_len', tb['seq_len'][1])} (`{tb['seq_src']}`)")
+            out.append(
+                f"  - sequence length {tb['seq_len'][0]} / {tb['seq_len'][1]}, eval on CPU "
+                f"{tb.get('cpu_eval_seq_len', tb['seq_len'][1])} (`{tb['seq_src']}`)"
+            )
         if tb.get("inputs_src"):
             out.append(f"  - inputs from `{tb['inputs_src']}`")
         out.append(f"  - step: {tb['step']}")
-        ours_line = (f"- **Ours**: modes {', '.join(ours['modes'])}; batch {ours['batch'][0]} / {ours['batch'][1]}"
-                     + (f", CPU {ours['cpu_batch'][0]} / {ours['cpu_batch'][1]}" if ours['cpu_batch'] != ours['batch'] else ""))
+        ours_line = f"- **Ours**: modes {', '.join(ours['modes'])}; batch {ours['batch'][0]} / {ours['batch'][1]}" + (
+            f", CPU {ours['cpu_batch'][0]} / {ours['cpu_batch'][1]}" if ours["cpu_batch"] != ours["batch"] else ""
+        )
         if ours.get("params") is not None:
             ours_line += f"; parameters {ours['params']:,}"
         out.append(ours_line)
         for mode in ("train", "eval"):
             if f"{mode}_inputs" in ours:
-                out.append(f"  - {mode} inputs {', '.join(f'`{s}`' for s in ours[f'{mode}_inputs']) or '(none: environment steps)'}")
+                out.append(
+                    f"  - {mode} inputs {', '.join(f'`{s}`' for s in ours[f'{mode}_inputs']) or '(none: environment steps)'}"
+                )
         if "seq_len" in ours:
-            out.append(f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, eval on CPU {ours['cpu_eval_seq_len']}")
+            out.append(
+                f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, eval on CPU {ours['cpu_eval_seq_len']}"
+            )
         if row.get("kept_as"):
             out.append(f"- **Kept under its own name**: {row['kept_as']}")
         out.append("")

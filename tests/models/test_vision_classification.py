@@ -70,7 +70,9 @@ def test_scaled_std_conv_weight_is_standardised() -> None:
     var = conv.weight.detach().flatten(1).var(dim=1, correction=0)
     expected = torch.tensor([1.0, 2.0, 1.0]) * torch.sqrt(var / (var + 1e-5))
     assert torch.allclose(w.norm(dim=1), expected, atol=1e-6)
-    assert (expected < torch.tensor([1.0, 2.0, 1.0])).all() and torch.allclose(expected, torch.tensor([1.0, 2.0, 1.0]), atol=1e-3)
+    assert (expected < torch.tensor([1.0, 2.0, 1.0])).all() and torch.allclose(
+        expected, torch.tensor([1.0, 2.0, 1.0]), atol=1e-3
+    )
 
 
 def test_nfnet_beta_follows_expected_variance() -> None:

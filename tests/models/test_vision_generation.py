@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from torchgauge.models.vision.generation.cyclegan import PatchDiscriminator
-from torchgauge.models.vision.generation.diffusion_unet import DDPM, DiffusionUNetConfig, timestep_embedding
 from torchgauge.models.vision.generation.dice import soft_dice
+from torchgauge.models.vision.generation.diffusion_unet import DDPM, DiffusionUNetConfig, timestep_embedding
 from torchgauge.models.vision.generation.stargan import StarGANConfig, StarGANDiscriminator, gradient_penalty
 from torchgauge.models.vision.generation.super_slomo import backward_warp
 from torchgauge.models.vision.generation.unet import UNet

@@ -20,8 +20,9 @@ from torchgauge.models.speech.waveglow import (
 )
 
 F64 = torch.float64
-TINY = WaveGlowConfig(n_mel_channels=3, n_flows=4, n_early_every=2, n_layers=2, n_channels=4, upsample_kernel=8,
-                      hop_length=4)
+TINY = WaveGlowConfig(
+    n_mel_channels=3, n_flows=4, n_early_every=2, n_layers=2, n_channels=4, upsample_kernel=8, hop_length=4
+)
 
 
 def _randomize_end_layers(model: torch.nn.Module, std: float = 0.1) -> None:

@@ -21,15 +21,29 @@ ERROR = "RuntimeError: boom </script><b>bold</b>"
 NIGHTS = 8
 STEP_NIGHT = 4
 MODELS = ("resnet18", "bert", HOSTILE)
-COVERAGE = {"summary": {"models": 3, "against": "mlperf", "cover_target": 0.9, "modules": 40,
-                        "apis": {"suite": 300, "tagged": 100, "ratio": 3.0, "universe": 1000,
-                                 "fraction_of_universe": 0.3, "cover_subset": ["bert", HOSTILE],
-                                 "greedy": [{"model": "bert", "new": 200, "cumulative": 200},
-                                            {"model": HOSTILE, "new": 80, "cumulative": 280},
-                                            {"model": "resnet18", "new": 20, "cumulative": 300}]},
-                        "ops": {"suite": 500, "tagged": 200, "ratio": 2.5, "cover_subset": ["bert"]},
-                        "per_domain": {"nlp": {"models": 1, "apis": 200, "ops": 300},
-                                       "vision": {"models": 2, "apis": 150, "ops": 250}}}}
+COVERAGE = {
+    "summary": {
+        "models": 3,
+        "against": "mlperf",
+        "cover_target": 0.9,
+        "modules": 40,
+        "apis": {
+            "suite": 300,
+            "tagged": 100,
+            "ratio": 3.0,
+            "universe": 1000,
+            "fraction_of_universe": 0.3,
+            "cover_subset": ["bert", HOSTILE],
+            "greedy": [
+                {"model": "bert", "new": 200, "cumulative": 200},
+                {"model": HOSTILE, "new": 80, "cumulative": 280},
+                {"model": "resnet18", "new": 20, "cumulative": 300},
+            ],
+        },
+        "ops": {"suite": 500, "tagged": 200, "ratio": 2.5, "cover_subset": ["bert"]},
+        "per_domain": {"nlp": {"models": 1, "apis": 200, "ops": 300}, "vision": {"models": 2, "apis": 150, "ops": 250}},
+    }
+}
 
 
 def load_history_factory():
@@ -46,19 +60,37 @@ def write_site_history(db: Path, trace: Path, *, second_machine: bool = True) ->
     factory = load_history_factory()
     trace.parent.mkdir(parents=True, exist_ok=True)
     trace.write_text("{}")
-    spec = factory.HistorySpec(models=MODELS, nights=NIGHTS, backends=("eager", "inductor"),
-                               stepped={"bert": (STEP_NIGHT, 0.3), HOSTILE: (NIGHTS - 1, 0.25)},
-                               failing={"resnet18": ERROR}, breakdown=True,
-                               traces={"bert": str(trace)})
+    spec = factory.HistorySpec(
+        models=MODELS,
+        nights=NIGHTS,
+        backends=("eager", "inductor"),
+        stepped={"bert": (STEP_NIGHT, 0.3), HOSTILE: (NIGHTS - 1, 0.25)},
+        failing={"resnet18": ERROR},
+        breakdown=True,
+        traces={"bert": str(trace)},
+    )
     with Store(db) as store:
         factory.write_history(store, spec)
         if second_machine:
             first = store.load(store.resolve("latest"))
-            runs = [RunRecord(r.config.with_(device="cuda"), r.status, domain=r.domain, error=r.error,
-                              metrics={"time_ms": {"samples": [s * 0.4 for s in r.metrics["time_ms"]["samples"]]}},
-                              batch_size=r.batch_size) for r in first.runs if r.ok]
-            env = {"hostname": "gpu-box", "machine_fingerprint": "m2", "gpu_name": "Test GPU X1",
-                   "torch_version": "2.13.0+cu128"}
+            runs = [
+                RunRecord(
+                    r.config.with_(device="cuda"),
+                    r.status,
+                    domain=r.domain,
+                    error=r.error,
+                    metrics={"time_ms": {"samples": [s * 0.4 for s in r.metrics["time_ms"]["samples"]]}},
+                    batch_size=r.batch_size,
+                )
+                for r in first.runs
+                if r.ok
+            ]
+            env = {
+                "hostname": "gpu-box",
+                "machine_fingerprint": "m2",
+                "gpu_name": "Test GPU X1",
+                "torch_version": "2.13.0+cu128",
+            }
             # The newest run: the index shows machine m1's latest run only when asked (machine="m1").
             store.save(ResultsFile(env=env, runs=runs, created_at="2026-08-09T05:00:00+00:00"))
     return db

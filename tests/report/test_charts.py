@@ -8,8 +8,10 @@ from torchgauge.report.charts import ChartError, LogBarPanel, grouped_log_bars
 
 
 def test_writes_svg_with_every_category(tmp_path) -> None:
-    panels = [LogBarPanel("train", ["alpha_model", "beta_model"], {"time": [0.5, 2.0], "memory": [1.5, None]}),
-              LogBarPanel("eval", ["gamma_model"], {"time": [1.0]})]
+    panels = [
+        LogBarPanel("train", ["alpha_model", "beta_model"], {"time": [0.5, 2.0], "memory": [1.5, None]}),
+        LogBarPanel("eval", ["gamma_model"], {"time": [1.0]}),
+    ]
     out = grouped_log_bars(panels, tmp_path / "sub" / "c.svg", ylabel="new / old", title="demo")
     text = out.read_text()
     assert "<svg" in text

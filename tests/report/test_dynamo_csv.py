@@ -30,7 +30,9 @@ from torchgauge.compare.dynamo_perf import BYTES_PER_GB, dynamo_performance_rows
 from torchgauge.report.dynamo_csv import PERFORMANCE_HEADERS, format_performance_csv, write_performance_csv
 from torchgauge.results.schema import RunRecord
 
-_spec = importlib.util.spec_from_file_location("results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py")
+_spec = importlib.util.spec_from_file_location(
+    "results_factory", Path(__file__).parents[1] / "fixtures" / "results_factory.py"
+)
 factory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(factory)
 
@@ -70,15 +72,22 @@ def _dynamo_checkers_accept(path: Path, metric: str = "speedup") -> dict[str, st
     for column in ("dev", "name", "batch_size"):
         assert column in header, f"extract_df selects {column!r}"
     for row in records:
-        assert isinstance(row["batch_size"], float) and row["batch_size"] == int(row["batch_size"]), \
+        assert isinstance(row["batch_size"], float) and row["batch_size"] == int(row["batch_size"]), (
             "extract_df: batch_size.astype(int)"
+        )
     # check_perf_csv.check_perf_csv: required metric, optional others
     for row in records:
         value = row.get(metric)
         assert value is not None, f"_read_required_float: missing {metric}"
         assert isinstance(value, float), f"_read_required_float: float({value!r})"
-        for column in ("speedup", "abs_latency", "compilation_latency", "compression_ratio", "eager_peak_mem",
-                       "dynamo_peak_mem"):
+        for column in (
+            "speedup",
+            "abs_latency",
+            "compilation_latency",
+            "compression_ratio",
+            "eager_peak_mem",
+            "dynamo_peak_mem",
+        ):
             optional = row.get(column)
             assert optional is None or isinstance(optional, float), f"_read_optional_float: float({optional!r})"
         if row.get("compression_ratio"):
@@ -156,7 +165,10 @@ def test_text_follows_output_csv() -> None:
     base, cand = _sides()
     text = format_performance_csv(dynamo_performance_rows(base, cand)["inference"])
     lines = text.split("\n")
-    assert lines[0] == "dev,name,batch_size,speedup,abs_latency,compilation_latency,compression_ratio,eager_peak_mem,dynamo_peak_mem"
+    assert (
+        lines[0]
+        == "dev,name,batch_size,speedup,abs_latency,compilation_latency,compression_ratio,eager_peak_mem,dynamo_peak_mem"
+    )
     assert lines[1].startswith("cpu,m1,4,2.000000,5.000000,1.990000,2.000000,0.209715,0.104858")
     assert lines[3] == "cpu,m3,0,0.000000,0.000000,0.000000,0.000000,0.000000,0.000000"
     assert text.endswith("\n") and "\r" not in text
@@ -164,8 +176,9 @@ def test_text_follows_output_csv() -> None:
 
 def test_written_file_passes_the_pytorch_checkers_parsing(tmp_path) -> None:
     base, cand = _sides()
-    (path,) = write_performance_csv(tmp_path / "inductor_torchgauge_float32_inference_cpu_performance.csv",
-                                    dynamo_performance_rows(base, cand))
+    (path,) = write_performance_csv(
+        tmp_path / "inductor_torchgauge_float32_inference_cpu_performance.csv", dynamo_performance_rows(base, cand)
+    )
     summary = _dynamo_checkers_accept(path)
     # m1 compiles 1.990 s, m2 0.008 s; geomean clips m2's 0.5x slowdown to 1 as runner.py does
     assert summary == {"passrate": "67%, 2/3", "geomean": "1.41x", "comp_time": "1.00", "memory": "2.00x"}

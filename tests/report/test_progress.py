@@ -20,7 +20,14 @@ def _record(model: str, status: str = "ok", median: float | None = 2.5, error: s
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (0, 42.4, 60, 422, 3599.6, 4980)] == ["0s", "42s", "1m00s", "7m02s", "1h00m", "1h23m"]
+    assert [format_duration(s) for s in (0, 42.4, 60, 422, 3599.6, 4980)] == [
+        "0s",
+        "42s",
+        "1m00s",
+        "7m02s",
+        "1h00m",
+        "1h23m",
+    ]
 
 
 def test_eta_is_elapsed_per_finished_run_times_runs_left() -> None:
@@ -44,7 +51,8 @@ def test_count_line_and_summary() -> None:
     assert line.startswith("[ 1/12] resnet50") and "2.500 ms" in line and "ok" in line and "eta 55s" in line
     progress.add(_record("broken", "error", None, "Traceback\nValueError: bad shape"))
     assert progress.count_line(_record("broken", "error", None, "Traceback\nValueError: bad shape")).endswith(
-        "ValueError: bad shape")
+        "ValueError: bad shape"
+    )
     progress.add(_record("gpu_only", "unsupported", None))
     assert progress.summary() == "3 of 12 runs in 5s: 1 ok, 1 error, 1 unsupported; 9 not run"
 

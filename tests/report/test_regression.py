@@ -11,17 +11,33 @@ from torchgauge.results.schema import RunConfig
 
 
 def _cmp(**changes) -> Comparison:
-    reg = Finding(RunConfig("resnet50", mode="train", batch_size=32), "time_ms", 100.0, 112.5, 0.125, 0.0004, "regression", 10, 10)
+    reg = Finding(
+        RunConfig("resnet50", mode="train", batch_size=32), "time_ms", 100.0, 112.5, 0.125, 0.0004, "regression", 10, 10
+    )
     mem = Finding(RunConfig("bert", mode="eval"), "cpu_peak_mb", 1000.0, 1200.0, 0.2, None, "regression")
-    ops = Finding(RunConfig("qmodel", mode="eval"), "op_counts", 100.0, 130.0, 0.3, None, "regression",
-                  detail={"ops": {"aten::copy_": {"kind": "added", "base": 0, "new": 30}}})
+    ops = Finding(
+        RunConfig("qmodel", mode="eval"),
+        "op_counts",
+        100.0,
+        130.0,
+        0.3,
+        None,
+        "regression",
+        detail={"ops": {"aten::copy_": {"kind": "added", "base": 0, "new": 30}}},
+    )
     imp = Finding(RunConfig("gpt2", mode="eval"), "time_ms", 50.0, 40.0, -0.2, 1e-5, "improvement")
     fields = dict(
-        regressions=[reg, mem, ops], improvements=[imp], unchanged=[],
+        regressions=[reg, mem, ops],
+        improvements=[imp],
+        unchanged=[],
         new_failures=[StatusChange(RunConfig("dlrm", mode="train"), "ok", "error", "RuntimeError: bad | pipe")],
         fixes=[StatusChange(RunConfig("t5", mode="eval"), "timeout", "ok")],
-        unmatched=[Unmatched("vit", "eval", "vit/eval/cpu/fp32/eager/bs=default", "missing", "missing in new", side="new")],
-        threshold=0.07, alpha=0.01, correction="holm",
+        unmatched=[
+            Unmatched("vit", "eval", "vit/eval/cpu/fp32/eager/bs=default", "missing", "missing in new", side="new")
+        ],
+        threshold=0.07,
+        alpha=0.01,
+        correction="holm",
         base_env={"torch_version": "2.13.0", "torch_git_version": "aaa", "hostname": "h"},
         new_env={"torch_version": "2.14.0.dev20261123", "torch_git_version": "bbb", "hostname": "h"},
     )
@@ -58,8 +74,13 @@ def test_json_entries_have_the_contract_keys_first() -> None:
     assert (doc["base"], doc["new"], doc["threshold"], doc["correction"]) == ("a.json", "b.json", 0.07, "holm")
     for entry in doc["regressions"] + doc["improvements"]:
         assert list(entry)[: len(FINDING_KEYS)] == list(FINDING_KEYS)
-    assert doc["regressions"][0] == {**{k: doc["regressions"][0][k] for k in FINDING_KEYS},
-                                     "batch_size": 32, "verdict": "regression", "n_base": 10, "n_new": 10}
+    assert doc["regressions"][0] == {
+        **{k: doc["regressions"][0][k] for k in FINDING_KEYS},
+        "batch_size": 32,
+        "verdict": "regression",
+        "n_base": 10,
+        "n_new": 10,
+    }
     assert doc["regressions"][0]["p_value"] == 0.0004 and doc["regressions"][1]["p_value"] is None
     assert doc["new_failures"][0]["new_status"] == "error" and doc["fixes"][0]["base_status"] == "timeout"
 

@@ -67,10 +67,15 @@ def test_model_history_has_steps_intervals_and_environments(db, scenario) -> Non
     with Store(db, create=False) as store:
         history = model_history(store, "bert")
     (eager_eval,) = [s for s in history.metrics["time"] if s.label == "eval/cpu/fp32/eager"]
-    assert len(eager_eval.values) == NIGHTS and all(lo < v < hi for lo, v, hi in
-                                                    zip(eager_eval.low, eager_eval.values, eager_eval.high))
+    assert len(eager_eval.values) == NIGHTS and all(
+        lo < v < hi for lo, v, hi in zip(eager_eval.low, eager_eval.values, eager_eval.high)
+    )
     (step,) = eager_eval.steps
-    assert step["position"] == scenario.STEP_NIGHT and step["kind"] == "regression" and step["change"] == pytest.approx(0.3, abs=0.03)
+    assert (
+        step["position"] == scenario.STEP_NIGHT
+        and step["kind"] == "regression"
+        and step["change"] == pytest.approx(0.3, abs=0.03)
+    )
     assert len(history.envs) == NIGHTS + 1  # one per night on m1, plus machine m2
     points = history.points["eval/cpu/fp32/eager"]
     assert points[0]["traces"] and points[0]["traces"][0].endswith("bert.json")
@@ -129,11 +134,17 @@ def test_figures_summarise_coverage_recorded_by_runs(tmp_path) -> None:
     from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 
     def run(model: str, apis: list[str], ops: list[str]) -> RunRecord:
-        return RunRecord(RunConfig(model, mode="eval", metrics=("coverage",)), "ok", domain="vision",
-                         metrics={"coverage": {"apis": apis, "ops": ops, "modules": ["Conv2d"]}})
+        return RunRecord(
+            RunConfig(model, mode="eval", metrics=("coverage",)),
+            "ok",
+            domain="vision",
+            metrics={"coverage": {"apis": apis, "ops": ops, "modules": ["Conv2d"]}},
+        )
 
-    runs = [run("resnet18", ["torch.nn.functional.conv2d", "torch.Tensor.add", "not.an.api"], ["aten::conv2d"]),
-            run("alexnet", ["torch.nn.functional.conv2d", "torch.nn.functional.relu"], ["aten::relu", "aten::conv2d"])]
+    runs = [
+        run("resnet18", ["torch.nn.functional.conv2d", "torch.Tensor.add", "not.an.api"], ["aten::conv2d"]),
+        run("alexnet", ["torch.nn.functional.conv2d", "torch.nn.functional.relu"], ["aten::relu", "aten::conv2d"]),
+    ]
     path = tmp_path / "cov.json"
     ResultsFile(env={"machine_fingerprint": "m1"}, runs=runs).write(path)
     build_site_from_results([path], tmp_path / "site")

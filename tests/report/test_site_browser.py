@@ -50,7 +50,9 @@ class Page:
     def __init__(self, browser, path: Path) -> None:
         self.problems: list[str] = []
         self.page = browser.new_page(viewport={"width": 1400, "height": 900})
-        self.page.on("console", lambda msg: self.problems.append(f"console: {msg.text}") if msg.type == "error" else None)
+        self.page.on(
+            "console", lambda msg: self.problems.append(f"console: {msg.text}") if msg.type == "error" else None
+        )
         self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
         self.page.on("dialog", lambda dialog: (self.problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
         self.page.goto(path.as_uri())
@@ -58,7 +60,8 @@ class Page:
 
     def visible_rows(self) -> list[list[str]]:
         return self.page.eval_on_selector_all(
-            "#runs tbody tr", "rows => rows.filter(r => !r.hidden).map(r => [...r.cells].map(c => c.dataset.v))")
+            "#runs tbody tr", "rows => rows.filter(r => !r.hidden).map(r => [...r.cells].map(c => c.dataset.v))"
+        )
 
     def close(self) -> None:
         self.page.close()
@@ -76,11 +79,16 @@ def test_every_page_loads_without_errors(browser, site) -> None:
 
 def _trace_points(page, metric: str, name: str) -> tuple[int, int]:
     """(points in the data, point markers drawn) of the trace called ``name`` in ``metric``'s chart."""
-    return tuple(page.page.evaluate("""([metric, name]) => {
+    return tuple(
+        page.page.evaluate(
+            """([metric, name]) => {
         const gd = document.querySelector(`div.chart[data-metric="${metric}"]`);
         const i = gd.data.findIndex(t => t.name === name);
         const drawn = gd.querySelectorAll('.scatterlayer .trace')[i].querySelectorAll('.points path.point');
-        return [gd.data[i].x.length, drawn.length]; }""", [metric, name]))
+        return [gd.data[i].x.length, drawn.length]; }""",
+            [metric, name],
+        )
+    )
 
 
 def test_model_chart_holds_every_night_and_marks_the_step(browser, site, scenario) -> None:

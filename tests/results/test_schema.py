@@ -18,15 +18,22 @@ from torchgauge.results.schema import (
 
 
 def _record(**kw) -> RunRecord:
-    metrics = {"time_ms": {"samples": [1.0, 2.0, 3.0], "median": 2.0, "min": 1.0, "max": 3.0, "iqr": 1.0},
-               "cpu_peak_mb": 300.0, "cpu_delta_mb": 50.0}
-    return RunRecord(RunConfig("resnet50", mode="eval", batch_size=None, **kw), "ok", domain="vision",
-                     metrics=metrics, batch_size=64)
+    metrics = {
+        "time_ms": {"samples": [1.0, 2.0, 3.0], "median": 2.0, "min": 1.0, "max": 3.0, "iqr": 1.0},
+        "cpu_peak_mb": 300.0,
+        "cpu_delta_mb": 50.0,
+    }
+    return RunRecord(
+        RunConfig("resnet50", mode="eval", batch_size=None, **kw), "ok", domain="vision", metrics=metrics, batch_size=64
+    )
 
 
 def test_round_trip_keeps_everything(tmp_path) -> None:
-    f = ResultsFile(env={"torch_version": "2.13.0"}, runs=[_record(model_kwargs={"width": 2}, options={"x": 1})],
-                    torchgauge_version="0.1.0")
+    f = ResultsFile(
+        env={"torch_version": "2.13.0"},
+        runs=[_record(model_kwargs={"width": 2}, options={"x": 1})],
+        torchgauge_version="0.1.0",
+    )
     path = tmp_path / "r.json"
     f.write(path)
     back = load_results(path)
@@ -34,7 +41,19 @@ def test_round_trip_keeps_everything(tmp_path) -> None:
     assert run.config == f.runs[0].config and run.batch_size == 64 and run.metrics == f.runs[0].metrics
     doc = json.loads(path.read_text())
     assert doc["schema_version"] == SCHEMA_VERSION
-    for key in ("model", "domain", "mode", "device", "precision", "backend", "batch_size", "size", "status", "error", "metrics"):
+    for key in (
+        "model",
+        "domain",
+        "mode",
+        "device",
+        "precision",
+        "backend",
+        "batch_size",
+        "size",
+        "status",
+        "error",
+        "metrics",
+    ):
         assert key in doc["runs"][0]
 
 
@@ -93,8 +112,15 @@ def test_planned_configurations_say_what_is_missing(tmp_path) -> None:
     path = tmp_path / "r.json"
     results.write(path)
     doc = json.loads(path.read_text())
-    assert doc["planned"][2] == {"model": "b", "mode": "eval", "device": "cpu", "precision": "fp32",
-                                 "backend": "eager", "batch_size": 4, "size": "full"}
+    assert doc["planned"][2] == {
+        "model": "b",
+        "mode": "eval",
+        "device": "cpu",
+        "precision": "fp32",
+        "backend": "eager",
+        "batch_size": 4,
+        "size": "full",
+    }
     loaded = load_results(path)
     assert [c.label() for c in loaded.missing()] == ["a/eval/cpu/fp32/eager", "b/eval/cpu/fp32/eager"]
     assert loaded.missing()[1].batch_size == 4

@@ -10,29 +10,60 @@ import pytest
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.results.store import STORE_SCHEMA_VERSION, Store, StoreError, default_db_path, metric_value
 
-ENV = {"torch_version": "2.13.0", "torch_git_version": "abc123", "machine_fingerprint": "m1", "cpu_model": "Xeon",
-       "gpu_name": None}
+ENV = {
+    "torch_version": "2.13.0",
+    "torch_git_version": "abc123",
+    "machine_fingerprint": "m1",
+    "cpu_model": "Xeon",
+    "gpu_name": None,
+}
 
 
 def _rec(model: str, median: float, *, mode: str = "eval", status: str = "ok", **extra) -> RunRecord:
-    metrics = {"time_ms": {"samples": [median - 0.1, median, median + 0.1], "median": median,
-                           "warmup_samples": [median * 3]}, "cpu_peak_mb": 500.0, **extra} if status == "ok" else {}
-    return RunRecord(RunConfig(model, mode=mode, size="smoke", repeat=3, warmup=1, options={"channels_last": True}),
-                     status, domain="vision", metrics=metrics, batch_size=2, started_at="2026-11-23T10:00:00+00:00",
-                     wall_s=1.5, error="boom" if status != "ok" else None)
+    metrics = (
+        {
+            "time_ms": {
+                "samples": [median - 0.1, median, median + 0.1],
+                "median": median,
+                "warmup_samples": [median * 3],
+            },
+            "cpu_peak_mb": 500.0,
+            **extra,
+        }
+        if status == "ok"
+        else {}
+    )
+    return RunRecord(
+        RunConfig(model, mode=mode, size="smoke", repeat=3, warmup=1, options={"channels_last": True}),
+        status,
+        domain="vision",
+        metrics=metrics,
+        batch_size=2,
+        started_at="2026-11-23T10:00:00+00:00",
+        wall_s=1.5,
+        error="boom" if status != "ok" else None,
+    )
 
 
 def test_round_trip_keeps_records_and_samples(tmp_path) -> None:
-    results = ResultsFile(env=ENV, runs=[_rec("a", 10.0), _rec("b", 20.0, status="error"),
-                                         _rec("c", 5.0, flops={"total": 123, "by_op": {"aten::mm": 123}})],
-                          torchgauge_version="0.1.0")
+    results = ResultsFile(
+        env=ENV,
+        runs=[
+            _rec("a", 10.0),
+            _rec("b", 20.0, status="error"),
+            _rec("c", 5.0, flops={"total": 123, "by_op": {"aten::mm": 123}}),
+        ],
+        torchgauge_version="0.1.0",
+    )
     with Store(tmp_path / "h.sqlite") as store:
         suite = store.save(results)
         loaded = store.load(suite)
         assert store.schema_version == STORE_SCHEMA_VERSION
     assert loaded.env == ENV and loaded.torchgauge_version == "0.1.0"
     assert [r.to_dict() for r in loaded.runs] == [r.to_dict() for r in results.runs]
-    raw = sqlite3.connect(tmp_path / "h.sqlite").execute("SELECT samples_json, metrics_json FROM runs LIMIT 1").fetchone()
+    raw = (
+        sqlite3.connect(tmp_path / "h.sqlite").execute("SELECT samples_json, metrics_json FROM runs LIMIT 1").fetchone()
+    )
     assert json.loads(raw[0])["samples"] == [9.9, 10.0, 10.1] and "samples" not in json.loads(raw[1])["time_ms"]
 
 
@@ -52,8 +83,14 @@ def test_environments_deduplicated_and_per_run_env_kept(tmp_path) -> None:
 
 def test_latest_previous_resolve_and_series(tmp_path) -> None:
     with Store(tmp_path / "h.sqlite") as store:
-        ids = [store.save(ResultsFile(env=dict(ENV, torch_git_version=f"g{i}"), runs=[_rec("a", 10.0 + i), _rec("a", 1.0, mode="train")]))
-               for i in range(3)]
+        ids = [
+            store.save(
+                ResultsFile(
+                    env=dict(ENV, torch_git_version=f"g{i}"), runs=[_rec("a", 10.0 + i), _rec("a", 1.0, mode="train")]
+                )
+            )
+            for i in range(3)
+        ]
         other = store.save(ResultsFile(env=dict(ENV, machine_fingerprint="m2"), runs=[_rec("a", 99.0)]))
         store.begin_suite(ENV)  # an empty suite (a run that stored nothing) is never "latest"
         assert store.resolve("latest") == other and store.resolve("previous") == ids[2]
@@ -73,11 +110,24 @@ def test_latest_previous_resolve_and_series(tmp_path) -> None:
 
 
 def test_metric_value_paths() -> None:
-    m = {"time_ms": {"samples": [3.0, 1.0, 2.0]}, "cpu_peak_mb": 10.0, "instructions": {"per_step": 7},
-         "flops": {"total": 5, "tflops": None}, "gpu_peak_mb": None}
+    m = {
+        "time_ms": {"samples": [3.0, 1.0, 2.0]},
+        "cpu_peak_mb": 10.0,
+        "instructions": {"per_step": 7},
+        "flops": {"total": 5, "tflops": None},
+        "gpu_peak_mb": None,
+    }
     assert metric_value(m, "time") == 2.0  # no stored median: from the samples
-    assert (metric_value(m, "cpu_peak_mb"), metric_value(m, "instructions"), metric_value(m, "flops")) == (10.0, 7.0, 5.0)
-    assert metric_value(m, "gpu_peak_mb") is None and metric_value(m, "tflops") is None and metric_value({}, "op_counts") is None
+    assert (metric_value(m, "cpu_peak_mb"), metric_value(m, "instructions"), metric_value(m, "flops")) == (
+        10.0,
+        7.0,
+        5.0,
+    )
+    assert (
+        metric_value(m, "gpu_peak_mb") is None
+        and metric_value(m, "tflops") is None
+        and metric_value({}, "op_counts") is None
+    )
     with pytest.raises(ValueError, match="accepted: time, cpu_peak_mb"):
         metric_value(m, "speed")
 

@@ -109,8 +109,11 @@ def test_noise_curves_are_flagged() -> None:
     noise = [BatchPoint(1, "ok", 270.0), BatchPoint(2, "ok", 2.0), BatchPoint(4, "ok", 1.5), BatchPoint(8, "ok", 1.2)]
     assert implausible_sizes(noise) == [1, 2]  # 4 (1.5 ms) vs 8 (1.2 ms) is within IMPLAUSIBLE_SPEEDUP
     assert "implausible curve: batch 1, 2 " in curve_doubts(noise, choose_batch_size(noise))[0]
-    sane = [BatchPoint(1, "ok", 1.0, ci_low_ms=0.99, ci_high_ms=1.01), BatchPoint(2, "ok", 1.5, ci_low_ms=1.49, ci_high_ms=1.51),
-            BatchPoint(4, "ok", 2.6, ci_low_ms=2.58, ci_high_ms=2.62)]
+    sane = [
+        BatchPoint(1, "ok", 1.0, ci_low_ms=0.99, ci_high_ms=1.01),
+        BatchPoint(2, "ok", 1.5, ci_low_ms=1.49, ci_high_ms=1.51),
+        BatchPoint(4, "ok", 2.6, ci_low_ms=2.58, ci_high_ms=2.62),
+    ]
     assert implausible_sizes(sane) == [] and curve_doubts(sane, choose_batch_size(sane)) == []
     overlapping = [*sane[:2], BatchPoint(4, "ok", 2.9, ci_low_ms=2.0, ci_high_ms=3.5)]
     assert "overlap" in curve_doubts(overlapping, choose_batch_size(overlapping))[0]

@@ -148,7 +148,9 @@ def test_hundred_aa_configs_corrected_flags_none_for_fixed_seed() -> None:
         level = rng.uniform(1.0, 100.0)
         # threshold 0 so that the test alone decides; alpha 0.05 so that uncorrected false
         # alarms are expected (about 5 in 100), which the correction must remove
-        changes.append(compare_samples(_noisy(rng, 10, level, 0.05), _noisy(rng, 10, level, 0.05), threshold=0.0, alpha=0.05))
+        changes.append(
+            compare_samples(_noisy(rng, 10, level, 0.05), _noisy(rng, 10, level, 0.05), threshold=0.0, alpha=0.05)
+        )
     assert sum(c.verdict != "unchanged" for c in changes) >= 2  # uncorrected: false alarms
     for method in ("holm", "bh"):
         judged = judge(changes, method)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from torchgauge.stats.coverage_sets import ModelCoverage, greedy_order, smallest_cover, summarize_coverage, unique_to_each
+from torchgauge.stats.coverage_sets import (
+    ModelCoverage,
+    greedy_order,
+    smallest_cover,
+    summarize_coverage,
+    unique_to_each,
+)
 
 UNIVERSE = frozenset({"a", "b", "c", "d", "e", "f", "g", "h"})
 

@@ -50,14 +50,14 @@ def work():
     return total
 '''
 
-_PYPROJECT = '''[build-system]
+_PYPROJECT = """[build-system]
 requires = ["setuptools"]
 build-backend = "setuptools.build_meta"
 
 [project]
 name = "slowpkg"
 version = "{version}"
-'''
+"""
 
 PLUGIN = '''"""A plugin model whose step is slowpkg.work(): pure Python, low noise."""
 
@@ -84,8 +84,14 @@ def slowpkg_work(ctx):
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(repo)}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(repo),
+    }
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
@@ -124,8 +130,14 @@ class _FakeMeasure:
         self.seen: list[int] = []
 
     def __call__(self, point_env: PointEnv, spec: MeasureSpec):
-        out = subprocess.run([point_env.python, "-c", "import slowpkg; print(slowpkg.ITERATIONS)"], env=point_env.env,
-                             cwd=point_env.cwd, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [point_env.python, "-c", "import slowpkg; print(slowpkg.ITERATIONS)"],
+            env=point_env.env,
+            cwd=point_env.cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         iterations = int(out.stdout)
         self.seen.append(iterations)
         # 15 distinct samples around iterations/1000 ms: a clean 30% step, 1% spread
@@ -303,7 +315,10 @@ def test_unclear_point_is_measured_again_then_assigned_to_the_nearer_end():
 def test_deterministic_metric_and_several_configs():
     """Counts are judged by the threshold alone; each config gets its own culprit."""
     spec = MeasureSpec(models=("a", "b"), modes=("eval",), metric="op_counts")
-    counts = {"a/eval/cpu/fp32/eager": lambda i: 100 + 50 * (i >= 9), "b/eval/cpu/fp32/eager": lambda i: 100 - 20 * (i >= 3)}
+    counts = {
+        "a/eval/cpu/fp32/eager": lambda i: 100 + 50 * (i >= 9),
+        "b/eval/cpu/fp32/eager": lambda i: 100 - 20 * (i >= 3),
+    }
 
     def measure(env, spec):
         i = int(env.env["POINT"])
@@ -345,14 +360,42 @@ def test_cli_end_to_end_real_timing(repo, tmp_path, capsys):
     path, shas = repo
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    code = main([
-        "bisect", "slowpkg_work", "--model-file", str(plugin), "--mode", "eval", "--size", "smoke",
-        "--repo", str(path), "--good", shas[0], "--bad", shas[-1], "--build", CHEAP_BUILD, "--pythonpath", ".",
-        # 60 one-millisecond steps per point, of which the fastest 20% are compared: load on
-        # a shared machine only ever adds time (preempted steps measure 10-50x too slow)
-        "--repeat", "60", "--warmup", "2", "--threshold", "7%", "--fastest", "20%", "--retries", "2",
-        "--no-cache", "--json",
-    ])
+    code = main(
+        [
+            "bisect",
+            "slowpkg_work",
+            "--model-file",
+            str(plugin),
+            "--mode",
+            "eval",
+            "--size",
+            "smoke",
+            "--repo",
+            str(path),
+            "--good",
+            shas[0],
+            "--bad",
+            shas[-1],
+            "--build",
+            CHEAP_BUILD,
+            "--pythonpath",
+            ".",
+            # 60 one-millisecond steps per point, of which the fastest 20% are compared: load on
+            # a shared machine only ever adds time (preempted steps measure 10-50x too slow)
+            "--repeat",
+            "60",
+            "--warmup",
+            "2",
+            "--threshold",
+            "7%",
+            "--fastest",
+            "20%",
+            "--retries",
+            "2",
+            "--no-cache",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     report = json.loads(out)
@@ -405,13 +448,29 @@ def test_format_change_reads_large_steps_as_factors():
 def _report(**overrides):
     from torchgauge.workflows.bisect.report import BisectReport, ConfigOutcome, CulpritReport
 
-    found = CulpritReport("found", "aaa", [{"label": "bbb", "commit": "b" * 40, "subject": "slow", "files_changed": 2,
-                                            "insertions": 5, "deletions": 1}], 0.3)
-    outcomes = [ConfigOutcome("m/eval", "bisected", direction="regression", change=0.31, culprits=[found], noise=0.02),
-                ConfigOutcome("m/train", "not_reproduced", change=0.01, noise=0.2,
-                              message="good and bad do not differ")]
-    fields = dict(kind="git", points=8, builds=3, cache_hits=1, measurements=4, measured_points=4,
-                  skipped_points=["ccc"], outcomes=outcomes, threshold=0.07, alpha=0.01, threads=2)
+    found = CulpritReport(
+        "found",
+        "aaa",
+        [{"label": "bbb", "commit": "b" * 40, "subject": "slow", "files_changed": 2, "insertions": 5, "deletions": 1}],
+        0.3,
+    )
+    outcomes = [
+        ConfigOutcome("m/eval", "bisected", direction="regression", change=0.31, culprits=[found], noise=0.02),
+        ConfigOutcome("m/train", "not_reproduced", change=0.01, noise=0.2, message="good and bad do not differ"),
+    ]
+    fields = dict(
+        kind="git",
+        points=8,
+        builds=3,
+        cache_hits=1,
+        measurements=4,
+        measured_points=4,
+        skipped_points=["ccc"],
+        outcomes=outcomes,
+        threshold=0.07,
+        alpha=0.01,
+        threads=2,
+    )
     return BisectReport(**{**fields, **overrides})
 
 
@@ -425,8 +484,10 @@ def test_report_rows_warnings_and_summary():
     (noisy,) = report_warnings(_report())  # only m/train's 20% spread is above the 7% threshold
     assert noisy.startswith("m/train: the compared samples' spread (IQR) reached 20%") and "--threads 1" in noisy
     assert "--threads 1" not in report_warnings(_report(threads=1))[0]
-    assert report_summary(_report()) == "3 builds (1 points from cache), 4 measurements, 4 of 8 points measured, " \
-                                        "skipped: ccc"
+    assert (
+        report_summary(_report()) == "3 builds (1 points from cache), 4 measurements, 4 of 8 points measured, "
+        "skipped: ccc"
+    )
 
 
 def test_cache_dir_and_judging_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

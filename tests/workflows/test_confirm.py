@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from torchgauge.compare.regression import compare_results
-from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
+from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
+
 PLANTED = str(Path(__file__).parents[1] / "fixtures" / "planted_models.py")
 
 # Names must be registered models (confirm refuses any other name from a file).
@@ -49,8 +50,14 @@ def _fake(tmp_path, side: str, levels: dict[str, float]) -> str:
 
 def _flagged() -> tuple:
     def rf(level_a: float, level_b: float) -> ResultsFile:
-        runs = [RunRecord(RunConfig(m, mode="eval"), "ok", metrics={"time_ms": {"samples": [lv * (1 + 0.001 * i) for i in range(10)]}})
-                for m, lv in ((A, level_a), (B, level_b))]
+        runs = [
+            RunRecord(
+                RunConfig(m, mode="eval"),
+                "ok",
+                metrics={"time_ms": {"samples": [lv * (1 + 0.001 * i) for i in range(10)]}},
+            )
+            for m, lv in ((A, level_a), (B, level_b))
+        ]
         return ResultsFile(env={}, runs=runs)
 
     cmp = compare_results(rf(10.0, 10.0), rf(12.0, 12.0))  # one base process vs one new: both flagged
@@ -60,8 +67,12 @@ def _flagged() -> tuple:
 
 def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
     # in fresh processes "a" really is 20% slower; "b" was a slow process
-    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {A: 12.0}),
-                             rounds=5, model_files=(PLANTED,))
+    request = ConfirmRequest(
+        baseline_python=_fake(tmp_path, "base", {}),
+        candidate_python=_fake(tmp_path, "cand", {A: 12.0}),
+        rounds=5,
+        model_files=(PLANTED,),
+    )
     rounds_seen = []
     out = confirm_comparison(_flagged(), request, on_round=lambda r, n: rounds_seen.append((r, n)))
     assert [f.config.model for f in out.regressions] == [A] and [f.config.model for f in out.dismissed] == [B]
@@ -76,11 +87,20 @@ def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
 
 
 def test_confirm_keeps_a_flag_it_could_not_remeasure(tmp_path) -> None:
-    request = ConfirmRequest(baseline_python=_fake(tmp_path, "base", {}), candidate_python=_fake(tmp_path, "cand", {}), rounds=2,
-                             model_files=(PLANTED,))
+    request = ConfirmRequest(
+        baseline_python=_fake(tmp_path, "base", {}),
+        candidate_python=_fake(tmp_path, "cand", {}),
+        rounds=2,
+        model_files=(PLANTED,),
+    )
     cmp = _flagged()
-    cmp.regressions = [f.__class__(f.config.with_(precision="bf16"), *[getattr(f, k) for k in
-                       ("metric", "base", "new", "change", "p_value", "verdict")]) for f in cmp.regressions[:1]]
+    cmp.regressions = [
+        f.__class__(
+            f.config.with_(precision="bf16"),
+            *[getattr(f, k) for k in ("metric", "base", "new", "change", "p_value", "verdict")],
+        )
+        for f in cmp.regressions[:1]
+    ]
     out = confirm_comparison(cmp, request)  # the fake writes fp32 runs only: bf16 never comes back
     assert len(out.regressions) == 1 and "not re-measured" in out.regressions[0].detail["confirmation"]
 
@@ -96,7 +116,9 @@ def test_confirm_reports_an_interpreter_that_cannot_run(tmp_path) -> None:
     broken = tmp_path / "python-broken"
     broken.write_text("#!/bin/sh\necho 'No module named torchgauge' >&2\nexit 1\n")
     broken.chmod(0o755)
-    request = ConfirmRequest(baseline_python=str(broken), candidate_python=str(broken), rounds=2, model_files=(PLANTED,))
+    request = ConfirmRequest(
+        baseline_python=str(broken), candidate_python=str(broken), rounds=2, model_files=(PLANTED,)
+    )
     with pytest.raises(ConfirmError, match="No module named torchgauge"):
         confirm_comparison(_flagged(), request)
 
@@ -105,8 +127,17 @@ def test_rerun_command_carries_the_configuration() -> None:
     c = RunConfig("m", mode="train", batch_size=8, size="smoke", repeat=5, warmup=1, metrics=("time", "memory"))
     cmd = rerun_command("py", [c, c.with_(model="k")], os.devnull, ConfirmRequest(model_files=("/x/models.py",)))
     assert cmd[:4] == ["py", "-m", "torchgauge.cli", "run"] and cmd[-3:] == ["--", "k", "m"]
-    for part in ("--mode=train", "--batch-size=8", "--size=smoke", "--repeat=5", "--warmup=1", "--metrics=time,memory",
-                 "--model-file=/x/models.py", "--no-db", f"--output={os.devnull}"):
+    for part in (
+        "--mode=train",
+        "--batch-size=8",
+        "--size=smoke",
+        "--repeat=5",
+        "--warmup=1",
+        "--metrics=time,memory",
+        "--model-file=/x/models.py",
+        "--no-db",
+        f"--output={os.devnull}",
+    ):
         assert part in cmd
 
 
@@ -116,7 +147,10 @@ def test_reruns_use_the_thread_count_the_compared_runs_recorded(tmp_path) -> Non
     one = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 1})
     two = RunRecord(RunConfig("m"), "ok", threads={"intra_op": 2})
     assert recorded_intra_op_threads([one, one]) == 1
-    assert recorded_intra_op_threads([one, two]) is None and recorded_intra_op_threads([RunRecord(RunConfig("m"), "ok")]) is None
+    assert (
+        recorded_intra_op_threads([one, two]) is None
+        and recorded_intra_op_threads([RunRecord(RunConfig("m"), "ok")]) is None
+    )
     cmd = rerun_command("py", [RunConfig("m")], tmp_path / "o.json", ConfirmRequest(threads=1))
     assert "--threads=1" in cmd
     default = rerun_command("py", [RunConfig("m")], tmp_path / "o.json", ConfirmRequest())

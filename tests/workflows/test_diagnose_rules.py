@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from torchgauge.harness.events import ProfileTrace, TraceEvent
 from torchgauge.workflows.diagnose.rules import (
     FOREACH_OPS,
     HEAVY_TRAFFIC_MIN_BYTES,
@@ -22,7 +23,6 @@ from torchgauge.workflows.diagnose.rules import (
     TINY_OP_US,
     diagnose,
 )
-from torchgauge.harness.events import ProfileTrace, TraceEvent
 
 FIXTURE = Path("tests/fixtures/planted_perf_bugs.py").resolve()
 FIXTURE_LINES = FIXTURE.read_text().splitlines()
@@ -35,8 +35,13 @@ PLANTED = {
     "planted_bug_sync": ("sync", "aten::item", ".item()"),
     "planted_bug_idle": ("idle_gap", "<built-in function sleep>", "def forward"),
 }
-CLEAN = ["planted_clean_foreach_zero", "planted_clean_scalar", "planted_clean_resident", "planted_clean_nosync",
-         "planted_clean_busy"]
+CLEAN = [
+    "planted_clean_foreach_zero",
+    "planted_clean_scalar",
+    "planted_clean_resident",
+    "planted_clean_nosync",
+    "planted_clean_busy",
+]
 # Attribution corner cases: model -> [(rule, text on the reported line, calls per step), ...], exactly
 # (None: at least one; printing makes as many reads as the formatter needs).
 CALL_SITES = {
@@ -52,8 +57,8 @@ CALL_SITES = {
 @pytest.fixture(scope="module")
 def diagnosed():
     """Diagnose every planted model once (about a second in all on CPU)."""
-    from torchgauge.workflows.diagnose import diagnose_model
     from torchgauge.registry import get_spec, load_model_file
+    from torchgauge.workflows.diagnose import diagnose_model
 
     load_model_file(FIXTURE)
     out = {}
@@ -122,8 +127,14 @@ def test_exception_cost_is_measured_from_the_raising_calls() -> None:
     trace, sites, files = profile_for_diagnosis(workload, 3, builder=get_spec("planted_bug_exceptions").builder)
     (f,) = diagnose(trace, model_files=files, call_lines=sites.lines, raised=sites.raised)
     views = [e for e in trace.events if e.name == "aten::view" and e.step is not None]
-    forward = [e for e in trace.events if e.category == "python" and e.step is not None
-               and e.name.endswith(": forward") and "planted_perf_bugs" in e.name]
+    forward = [
+        e
+        for e in trace.events
+        if e.category == "python"
+        and e.step is not None
+        and e.name.endswith(": forward")
+        and "planted_perf_bugs" in e.name
+    ]
     # Each failing call costs its operator time (the c10::Error and its backtrace are built
     # inside it) plus the unwinding after it; all of it lies inside the model's forward.
     assert sum(e.duration_us for e in views) / 3e3 <= f.time_ms <= sum(e.duration_us for e in forward) / 3e3
@@ -137,8 +148,8 @@ def test_no_finding_is_attributed_to_torchgauges_harness(diagnosed) -> None:
 
 
 def test_deep_clean_mlp_has_no_finding_across_repeated_runs() -> None:
-    from torchgauge.workflows.diagnose import diagnose_model
     from torchgauge.registry import load_model_file
+    from torchgauge.workflows.diagnose import diagnose_model
 
     load_model_file(FIXTURE)
     for _ in range(3):  # the storm rule used to follow the machine's load here
@@ -147,17 +158,25 @@ def test_deep_clean_mlp_has_no_finding_across_repeated_runs() -> None:
 
 
 def test_diagnose_modes_skips_an_unsupported_mode_with_one_message() -> None:
-    from torchgauge.workflows.diagnose import diagnose_modes
     from torchgauge.registry import load_model_file
+    from torchgauge.workflows.diagnose import diagnose_modes
 
     load_model_file(FIXTURE)
     events: list[str] = []
     unsupported: list[str] = []
-    (d,) = diagnose_modes("planted_bug_sync", ("train", "eval"), size="smoke", steps=2, on_event=events.append,
-                          on_unsupported=unsupported.append)
+    (d,) = diagnose_modes(
+        "planted_bug_sync",
+        ("train", "eval"),
+        size="smoke",
+        steps=2,
+        on_event=events.append,
+        on_unsupported=unsupported.append,
+    )
     assert (d.mode, d.steps) == ("eval", 2) and any(f.rule == "sync" for f in d.findings)
-    assert events == ["profiling planted_bug_sync train on cpu (smoke, 2 steps)",
-                      "profiling planted_bug_sync eval on cpu (smoke, 2 steps)"]
+    assert events == [
+        "profiling planted_bug_sync train on cpu (smoke, 2 steps)",
+        "profiling planted_bug_sync eval on cpu (smoke, 2 steps)",
+    ]
     assert len(unsupported) == 1 and unsupported[0].startswith("planted_bug_sync train: unsupported:")
 
 
@@ -182,7 +201,7 @@ def test_every_api_a_hint_names_exists(diagnosed) -> None:
     assert all(hasattr(torch, name) for name in FOREACH_OPS)
     messages = [f.message for d in diagnosed.values() for f in d.findings]
     # Storm hints for every operator name a single-op storm can carry, plus a non-foreach one.
-    for op in [f"aten::{n[len('_foreach_'):]}" for n in FOREACH_OPS] + ["aten::narrow", "aten::as_strided"]:
+    for op in [f"aten::{n[len('_foreach_') :]}" for n in FOREACH_OPS] + ["aten::narrow", "aten::as_strided"]:
         trace = ProfileTrace("cpu", [(0, 1e4)], [dataclasses.replace(e, name=op) for e in _storm(STORM_MIN_REPEATS)])
         messages += [f.message for f in diagnose(trace, rules=["launch_storm"])]
     named = {api for m in messages for api in _named_apis(m)}
@@ -225,11 +244,22 @@ def test_storm_finds_a_multi_op_loop_body() -> None:
 
 def _cuda_copy(i: int, start: float, nbytes: int, direction: str = "h2d") -> list[TraceEvent]:
     # host op -> runtime call (child) -> device memcpy, linked by the correlation id
-    host = [_ev("aten::to", "cpu_op", start, start + 20, bytes=nbytes),
-            _ev("cudaMemcpyAsync", "runtime", start + 5, start + 15, correlation=100 + i, parent=None)]
+    host = [
+        _ev("aten::to", "cpu_op", start, start + 20, bytes=nbytes),
+        _ev("cudaMemcpyAsync", "runtime", start + 5, start + 15, correlation=100 + i, parent=None),
+    ]
     name = {"h2d": "Memcpy HtoD (Pageable -> Device)", "d2h": "Memcpy DtoH (Device -> Pageable)"}[direction]
-    dev = _ev(name, "memcpy", start + 16, start + 18, device="cuda:0", thread=7, bytes=nbytes,
-              direction=direction, correlation=100 + i)
+    dev = _ev(
+        name,
+        "memcpy",
+        start + 16,
+        start + 18,
+        device="cuda:0",
+        thread=7,
+        bytes=nbytes,
+        direction=direction,
+        correlation=100 + i,
+    )
     return [*host, dev]
 
 
@@ -249,23 +279,31 @@ def test_cuda_tiny_h2d_copies_are_found_and_large_ones_are_not() -> None:
     findings = diagnose(ProfileTrace("cuda", [(0, 1000)], tiny + kernels, device="cuda:0"), rules=["tiny_h2d"])
     assert [(f.operator, f.count) for f in findings] == [("aten::to", 2)]
     assert findings[0].time_ms == pytest.approx(0.040)  # two 20 us host copies per step
-    assert diagnose(ProfileTrace("cuda", [(0, 1000)], _linked(_cuda_copy(0, 0, TINY_COPY_BYTES + 1)) + kernels),
-                    rules=["tiny_h2d"]) == []
+    assert (
+        diagnose(
+            ProfileTrace("cuda", [(0, 1000)], _linked(_cuda_copy(0, 0, TINY_COPY_BYTES + 1)) + kernels),
+            rules=["tiny_h2d"],
+        )
+        == []
+    )
 
 
 def test_cuda_copy_linked_to_its_host_op_without_a_runtime_event() -> None:
     # Kineto may link a device event straight to the launching op (profile.py sets ``parent``).
-    events = [_ev("aten::copy_", "cpu_op", 0, 30, bytes=4),
-              _ev("Memcpy HtoD (Pageable -> Device)", "memcpy", 31, 33, device="cuda:0", bytes=4, direction="h2d",
-                  parent=0)]
+    events = [
+        _ev("aten::copy_", "cpu_op", 0, 30, bytes=4),
+        _ev("Memcpy HtoD (Pageable -> Device)", "memcpy", 31, 33, device="cuda:0", bytes=4, direction="h2d", parent=0),
+    ]
     (f,) = diagnose(ProfileTrace("cuda", [(0, 100)], events), rules=["tiny_h2d"])
     assert (f.operator, f.count, f.time_ms) == ("aten::copy_", 1, pytest.approx(0.030))
 
 
 def test_cuda_heavy_traffic_needs_both_bytes_and_time_relative_to_compute() -> None:
     big = HEAVY_TRAFFIC_MIN_BYTES * 4
-    copies = [_ev("Memcpy HtoD", "memcpy", 0, 400, device="cuda:0", bytes=big, direction="h2d"),
-              _ev("Memcpy DtoH", "memcpy", 500, 900, device="cuda:0", bytes=big, direction="d2h")]
+    copies = [
+        _ev("Memcpy HtoD", "memcpy", 0, 400, device="cuda:0", bytes=big, direction="h2d"),
+        _ev("Memcpy DtoH", "memcpy", 500, 900, device="cuda:0", bytes=big, direction="d2h"),
+    ]
     small_compute = [_ev("gemm", "kernel", 400, 500, device="cuda:0")]
     (f,) = diagnose(ProfileTrace("cuda", [(0, 1000)], copies + small_compute), rules=["heavy_traffic"])
     assert f.count == 2 and f.time_ms == pytest.approx(0.8)
@@ -276,9 +314,12 @@ def test_cuda_heavy_traffic_needs_both_bytes_and_time_relative_to_compute() -> N
 
 
 def test_cuda_sync_is_attributed_to_the_operator_that_waited() -> None:
-    events = [_ev("aten::item", "cpu_op", 0, 100), _ev("aten::_local_scalar_dense", "cpu_op", 5, 95, parent=0),
-              _ev("cudaStreamSynchronize", "sync", 10, 90, parent=1),
-              _ev("gemm", "kernel", 0, 95, device="cuda:0")]
+    events = [
+        _ev("aten::item", "cpu_op", 0, 100),
+        _ev("aten::_local_scalar_dense", "cpu_op", 5, 95, parent=0),
+        _ev("cudaStreamSynchronize", "sync", 10, 90, parent=1),
+        _ev("gemm", "kernel", 0, 95, device="cuda:0"),
+    ]
     (f,) = diagnose(ProfileTrace("cuda", [(0, 100)], events), rules=["sync"])
     assert (f.operator, f.count, f.time_ms) == ("aten::item", 1, pytest.approx(0.08))
     no_sync = [e for e in events if e.category != "sync"]

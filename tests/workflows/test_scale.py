@@ -16,15 +16,23 @@ def test_parse_vary() -> None:
 def test_plan_sweep_splits_run_and_model_parameters() -> None:
     base = RunConfig(model="dlrm", size="smoke", model_kwargs={"num_tables": 4})
     points = plan_sweep("dlrm", [Axis("embedding_dim", (8, 16)), Axis("batch_size", (2, 4))], base)
-    assert [p for p, _ in points] == [{"embedding_dim": 8, "batch_size": 2}, {"embedding_dim": 8, "batch_size": 4},
-                                      {"embedding_dim": 16, "batch_size": 2}, {"embedding_dim": 16, "batch_size": 4}]
+    assert [p for p, _ in points] == [
+        {"embedding_dim": 8, "batch_size": 2},
+        {"embedding_dim": 8, "batch_size": 4},
+        {"embedding_dim": 16, "batch_size": 2},
+        {"embedding_dim": 16, "batch_size": 4},
+    ]
     _, last = points[-1]
     assert last.batch_size == 4 and last.model_kwargs == {"num_tables": 4, "embedding_dim": 16} and last.size == "smoke"
 
 
 def test_point_costs_derive_throughput() -> None:
-    record = RunRecord(RunConfig(model="m"), "ok", batch_size=8,
-                       metrics={"time_ms": {"median": 4.0}, "cpu_peak_mb": 100.0, "flops": {"total": 1e9}})
+    record = RunRecord(
+        RunConfig(model="m"),
+        "ok",
+        batch_size=8,
+        metrics={"time_ms": {"median": 4.0}, "cpu_peak_mb": 100.0, "flops": {"total": 1e9}},
+    )
     assert point_costs(record) == {"time_ms": 4.0, "throughput": 2000.0, "cpu_peak_mb": 100.0, "flops": 1e9}
     assert point_costs(RunRecord(RunConfig(model="m"), "error")) == {}
 
@@ -32,8 +40,11 @@ def test_point_costs_derive_throughput() -> None:
 def test_fit_curves_fits_each_slice_of_a_grid() -> None:
     # time = 0.01 * dim^2 * batch + 1 : against dim, exponent 2 at every batch size; against batch, exponent 1.
     axes = [Axis("dim", (8, 16, 32, 64)), Axis("batch", (1, 2, 4))]
-    measured = [({"dim": d, "batch": b}, "train", {"time_ms": 0.01 * d**2 * b + 1}) for d in axes[0].values
-                for b in axes[1].values]
+    measured = [
+        ({"dim": d, "batch": b}, "train", {"time_ms": 0.01 * d**2 * b + 1})
+        for d in axes[0].values
+        for b in axes[1].values
+    ]
     curves = fit_curves(measured, axes)
     by_dim = [c for c in curves if c.parameter == "dim"]
     by_batch = [c for c in curves if c.parameter == "batch"]
@@ -44,6 +55,10 @@ def test_fit_curves_fits_each_slice_of_a_grid() -> None:
 
 
 def test_fit_curves_explains_missing_fits() -> None:
-    measured = [({"dim": 8}, "eval", {"time_ms": 1.0}), ({"dim": 16}, "eval", {"time_ms": 2.0}), ({"dim": 32}, "eval", {})]
+    measured = [
+        ({"dim": 8}, "eval", {"time_ms": 1.0}),
+        ({"dim": 16}, "eval", {"time_ms": 2.0}),
+        ({"dim": 32}, "eval", {}),
+    ]
     (curve,) = fit_curves(measured, [Axis("dim", (8, 16, 32))])
     assert curve.fit is None and "a fit needs 3" in curve.note

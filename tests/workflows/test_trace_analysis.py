@@ -26,15 +26,17 @@ def _gpu_step(kineto, s: int, corr: int) -> tuple[list[dict], int]:
     # (b) a tiny host-to-device copy (8 bytes) built every step
     ev.append(kineto.host_op("model.py(20): forward", t0 + 500, 100, cat="python_function"))
     ev.append(kineto.host_op("aten::to", t0 + 510, 40))
-    ev += kineto.launched("Memcpy HtoD (Pageable -> Device)", t0 + 515, t0 + 530, 2, corr=corr, cat="gpu_memcpy",
-                          bytes=8)
+    ev += kineto.launched(
+        "Memcpy HtoD (Pageable -> Device)", t0 + 515, t0 + 530, 2, corr=corr, cat="gpu_memcpy", bytes=8
+    )
     corr += 1
     # (d) .item(): a device-to-host copy and a stream synchronisation
     ev.append(kineto.host_op("model.py(30): forward", t0 + 700, 300, cat="python_function"))
     ev.append(kineto.host_op("aten::item", t0 + 710, 250))
     ev.append(kineto.host_op("aten::_local_scalar_dense", t0 + 715, 240))
-    ev += kineto.launched("Memcpy DtoH (Device -> Pageable)", t0 + 720, t0 + 900, 3, corr=corr, cat="gpu_memcpy",
-                          bytes=4)
+    ev += kineto.launched(
+        "Memcpy DtoH (Device -> Pageable)", t0 + 720, t0 + 900, 3, corr=corr, cat="gpu_memcpy", bytes=4
+    )
     ev.append(kineto.host_op("cudaStreamSynchronize", t0 + 730, 200, cat="cuda_runtime", correlation=corr + 1))
     corr += 2
     # (e) 3 ms of host work with the device idle, then the real compute (a 5 ms kernel)

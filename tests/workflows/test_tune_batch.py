@@ -21,8 +21,16 @@ from torchgauge.workflows.tune_batch import (
 
 def _search(model: str, dev: str = "Test CPU", size: str = "full") -> BatchSearch:
     pts = [BatchPoint(1, "ok", 1.0), BatchPoint(2, "ok", 1.0), BatchPoint(4, "oom")]
-    return BatchSearch(model=model, device="cpu", device_name=dev, size=size, default_batch_size=8, points=pts,
-                       stop="oom", choice=choose_batch_size(pts))
+    return BatchSearch(
+        model=model,
+        device="cpu",
+        device_name=dev,
+        size=size,
+        default_batch_size=8,
+        points=pts,
+        stop="oom",
+        choice=choose_batch_size(pts),
+    )
 
 
 def test_store_round_trip_keys_by_device_size_and_model(tmp_path) -> None:
@@ -42,8 +50,15 @@ def test_store_round_trip_keys_by_device_size_and_model(tmp_path) -> None:
 
 
 def test_search_without_choice_cannot_be_stored(tmp_path) -> None:
-    s = BatchSearch(model="m", device="cpu", device_name="x", size="full", default_batch_size=1,
-                    points=[BatchPoint(1, "oom")], stop="oom")
+    s = BatchSearch(
+        model="m",
+        device="cpu",
+        device_name="x",
+        size="full",
+        default_batch_size=1,
+        points=[BatchPoint(1, "oom")],
+        stop="oom",
+    )
     with pytest.raises(ValueError, match="no batch size succeeded"):
         BatchSizeStore(tmp_path / "s.json").put(s)
 
@@ -74,8 +89,12 @@ def test_default_path_honours_the_environment(tmp_path, monkeypatch) -> None:
 def test_apply_tuned_sizes_to_eval_only(tmp_path) -> None:
     store = BatchSizeStore(tmp_path / "s.json")
     store.put(_search("m1"))
-    configs = [RunConfig("m1", "train"), RunConfig("m1", "eval"), RunConfig("m2", "eval"),
-               RunConfig("m1", "eval", size="smoke")]
+    configs = [
+        RunConfig("m1", "train"),
+        RunConfig("m1", "eval"),
+        RunConfig("m2", "eval"),
+        RunConfig("m1", "eval", size="smoke"),
+    ]
     out, missing = apply_tuned_batch_sizes(configs, store, "Test CPU")
     assert [c.batch_size for c in out] == [None, 2, None, None]
     assert missing == ["m2", "m1"]  # m1 has no smoke entry

@@ -19,7 +19,7 @@ import importlib.util
 import os
 import signal
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import click
 
@@ -160,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         first = terminal_text((str(exc).strip().splitlines() or [""])[0][:300])
-        click.echo(f"error: internal error: {type(exc).__name__}: {first} "
-                   f"(rerun with --debug or {DEBUG_ENV_VAR}=1 for the traceback)", err=True)
+        click.echo(
+            f"error: internal error: {type(exc).__name__}: {first} "
+            f"(rerun with --debug or {DEBUG_ENV_VAR}=1 for the traceback)",
+            err=True,
+        )
         return EXIT_INTERNAL
 
 

@@ -13,38 +13,80 @@ from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, 
 
 @click.command("compare-backends")
 @click.argument("patterns", nargs=-1)
-@click.option("--baseline", default=None,
-              help=f"Baseline backend [default: {DEFAULT_BASELINE}; with --from: every run of BASE].")
-@click.option("--candidate", default=None,
-              help=f"Candidate backend [default: {DEFAULT_CANDIDATE}; with --from: every run of CAND].")
-@click.option("--from", "from_files", nargs=2, type=click.Path(dir_okay=False), default=None,
-              metavar="BASE.json CAND.json",
-              help="Compare two existing results files instead of running (they may be the same file).")
+@click.option(
+    "--baseline", default=None, help=f"Baseline backend [default: {DEFAULT_BASELINE}; with --from: every run of BASE]."
+)
+@click.option(
+    "--candidate",
+    default=None,
+    help=f"Candidate backend [default: {DEFAULT_CANDIDATE}; with --from: every run of CAND].",
+)
+@click.option(
+    "--from",
+    "from_files",
+    nargs=2,
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="BASE.json CAND.json",
+    help="Compare two existing results files instead of running (they may be the same file).",
+)
 @click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
-@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
-              help="Untimed iterations first (compilation happens here).")
+@click.option(
+    "--warmup",
+    type=int,
+    default=3,
+    show_default=True,
+    callback=non_negative,
+    help="Untimed iterations first (compilation happens here).",
+)
 @click.option("--accuracy", is_flag=True, help="Check the candidate's outputs against an eager fp64 reference.")
-@click.option("--compile-scope", type=click.Choice(["forward", "step"]), default="forward", show_default=True,
-              help="What the candidate compiles: the forward only, or the whole step (forward, loss, backward, "
-                   "optimizer step) as the dynamo harness and the HUD's training numbers do: use 'step' to compare "
-                   "with the HUD.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the dynamo harness's performance CSV (speedup, abs_latency, compilation_latency, "
-                   "compression_ratio, ...); with both modes, FILE_training.csv and FILE_inference.csv.")
+@click.option(
+    "--compile-scope",
+    type=click.Choice(["forward", "step"]),
+    default="forward",
+    show_default=True,
+    help="What the candidate compiles: the forward only, or the whole step (forward, loss, backward, "
+    "optimizer step) as the dynamo harness and the HUD's training numbers do: use 'step' to compare "
+    "with the HUD.",
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the dynamo harness's performance CSV (speedup, abs_latency, compilation_latency, "
+    "compression_ratio, ...); with both modes, FILE_training.csv and FILE_inference.csv.",
+)
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=MEBIBYTES, default=None,
-              help="MiB of resident memory per worker before status oom.")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Python file registering extra models (repeatable).")
-@click.option("--results-dir", type=click.Path(file_okay=False), default="torchgauge-results", show_default=True,
-              help="Where the two runs' results files are written.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Write the comparison as JSON here.")
-@click.option("--chart", type=click.Path(dir_okay=False), default=None,
-              help="Bar chart file (.png, .svg or .pdf): one bar per model per metric, log scale, 1.0 marked.")
+@click.option(
+    "--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom."
+)
+@click.option(
+    "--model-file",
+    "model_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Python file registering extra models (repeatable).",
+)
+@click.option(
+    "--results-dir",
+    type=click.Path(file_okay=False),
+    default="torchgauge-results",
+    show_default=True,
+    help="Where the two runs' results files are written.",
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON here."
+)
+@click.option(
+    "--chart",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Bar chart file (.png, .svg or .pdf): one bar per model per metric, log scale, 1.0 marked.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare_backends_command(**kw: object) -> None:
@@ -66,12 +108,14 @@ def compare_backends_command(**kw: object) -> None:
     try:
         if kw["from_files"]:
             if kw["patterns"]:
-                raise click.UsageError("give either PATTERNS (run both backends) or --from BASE.json CAND.json, "
-                                       "not both")
+                raise click.UsageError(
+                    "give either PATTERNS (run both backends) or --from BASE.json CAND.json, not both"
+                )
             if kw["compile_scope"] != "forward":
                 raise click.UsageError("--compile-scope applies when running; results files record theirs in options")
-            base_runs, cand_runs, baseline, candidate = read_backend_pair(*kw["from_files"], kw["baseline"],
-                                                                          kw["candidate"])
+            base_runs, cand_runs, baseline, candidate = read_backend_pair(
+                *kw["from_files"], kw["baseline"], kw["candidate"]
+            )
         else:
             if not kw["patterns"]:
                 raise click.UsageError("give model PATTERNS to run, or --from BASE.json CAND.json")
@@ -98,21 +142,36 @@ def _run_both(kw: dict, baseline: str, candidate: str, term) -> tuple[list, list
     from ..workflows.compare_backends import plan_backend_pair
 
     models = selected_models(kw["patterns"], kw["model_files"])
-    pair = plan_backend_pair(models, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
-                             baseline=baseline, candidate=candidate, compile_scope=kw["compile_scope"],
-                             accuracy=bool(kw["accuracy"]), results_dir=kw["results_dir"], device=kw["device"],
-                             size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"])
+    pair = plan_backend_pair(
+        models,
+        modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+        baseline=baseline,
+        candidate=candidate,
+        compile_scope=kw["compile_scope"],
+        accuracy=bool(kw["accuracy"]),
+        results_dir=kw["results_dir"],
+        device=kw["device"],
+        size=kw["size"],
+        repeat=kw["repeat"],
+        warmup=kw["warmup"],
+    )
     runner_options = RunnerOptions(
         timeout_s=kw["timeout"],
         memory_limit_mb=kw["memory_limit"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
     )
-    term.info(f"{len(pair.configs)} runs of {len(models)} models, {baseline} and {candidate} interleaved -> "
-              f"{pair.paths[baseline]}, {pair.paths[candidate]}")
+    term.info(
+        f"{len(pair.configs)} runs of {len(models)} models, {baseline} and {candidate} interleaved -> "
+        f"{pair.paths[baseline]}, {pair.paths[candidate]}"
+    )
     with term.progress() as progress:
         task = progress.add_task("compare-backends", total=len(pair.configs), current="")
-        return pair.run(runner_options, collect_env(), on_result=lambda r: progress.advance(task),
-                        on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode} {c.backend}"))
+        return pair.run(
+            runner_options,
+            collect_env(),
+            on_result=lambda r: progress.advance(task),
+            on_start=lambda c: progress.update(task, current=f"{c.model} {c.mode} {c.backend}"),
+        )
 
 
 def _report(cmp, kw: dict, term) -> None:
@@ -140,28 +199,40 @@ def _report(cmp, kw: dict, term) -> None:
     else:
         if cmp.rows:
             columns, justify = backend_columns()
-            term.table(columns, backend_rows(cmp),
-                       title=f"{cmp.candidate} vs {cmp.baseline}: speedup = {cmp.baseline} / {cmp.candidate} time "
-                             f"(> 1: {cmp.candidate} faster); cand/base = {cmp.candidate} / {cmp.baseline} "
-                             f"(< 1: {cmp.candidate} better)",
-                       justify=justify)
+            term.table(
+                columns,
+                backend_rows(cmp),
+                title=f"{cmp.candidate} vs {cmp.baseline}: speedup = {cmp.baseline} / {cmp.candidate} time "
+                f"(> 1: {cmp.candidate} faster); cand/base = {cmp.candidate} / {cmp.baseline} "
+                f"(< 1: {cmp.candidate} better)",
+                justify=justify,
+            )
             columns, justify = compiler_summary_columns()
-            term.table(columns, compiler_summary_rows(cmp),
-                       title=f"{cmp.candidate} summary (speedup and compression ratio > 1: {cmp.candidate} better)",
-                       justify=justify)
+            term.table(
+                columns,
+                compiler_summary_rows(cmp),
+                title=f"{cmp.candidate} summary (speedup and compression ratio > 1: {cmp.candidate} better)",
+                justify=justify,
+            )
         else:
             term.warning("no model could be compared: see the list below")
         if cmp.unmatched:
-            term.table(UNMATCHED_COLUMNS, unmatched_rows(cmp.unmatched),
-                       title=f"not compared ({len(cmp.failed_candidate)} failed with {cmp.candidate})")
+            term.table(
+                UNMATCHED_COLUMNS,
+                unmatched_rows(cmp.unmatched),
+                title=f"not compared ({len(cmp.failed_candidate)} failed with {cmp.candidate})",
+            )
         undecided = [f"{r.model}/{r.mode}" for r in cmp.rows if r.verdict == "inconclusive"]
         if undecided:
-            term.warning(f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
-                         "its alpha, so a difference could not count (rerun with more --repeat): "
-                         + ", ".join(undecided))
+            term.warning(
+                f"{len(undecided)} time verdict(s) inconclusive: too few samples for the rank test to reach "
+                "its alpha, so a difference could not count (rerun with more --repeat): " + ", ".join(undecided)
+            )
         if cmp.failed_accuracy:
-            term.warning(f"failed the accuracy check with {cmp.candidate} (left out of the geometric means): "
-                         + ", ".join(f"{r.model}/{r.mode}" for r in cmp.failed_accuracy))
+            term.warning(
+                f"failed the accuracy check with {cmp.candidate} (left out of the geometric means): "
+                + ", ".join(f"{r.model}/{r.mode}" for r in cmp.failed_accuracy)
+            )
     for flag, what in (("output", "comparison"), ("chart", "chart")):
         if kw[flag]:
             term.info(f"{what} written to {kw[flag]}")

@@ -9,7 +9,9 @@ import click
 from .params import SECONDS, threshold
 
 
-def _load_side(ref: str, db: str | None, machine: str | None, store_cache: dict, include_incomplete: bool = False) -> tuple:
+def _load_side(
+    ref: str, db: str | None, machine: str | None, store_cache: dict, include_incomplete: bool = False
+) -> tuple:
     """(ResultsFile, label) from a results file path, a stored run id, ``latest`` or ``previous``."""
     from ..results.schema import SchemaError, load_results
     from ..results.store import StoreError
@@ -51,44 +53,99 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
         if u.reason == "missing":
             missing.setdefault(labels.get(u.side or "", u.side or "?"), []).append(u.config)
     for label, configs in missing.items():
-        shown = ", ".join(configs[:MISSING_SHOWN]) + (f" and {len(configs) - MISSING_SHOWN} more" if len(configs) > MISSING_SHOWN else "")
-        term.warning(f"{len(configs)} configuration(s) of the other side are MISSING from {label}, not compared: {shown}")
+        shown = ", ".join(configs[:MISSING_SHOWN]) + (
+            f" and {len(configs) - MISSING_SHOWN} more" if len(configs) > MISSING_SHOWN else ""
+        )
+        term.warning(
+            f"{len(configs)} configuration(s) of the other side are MISSING from {label}, not compared: {shown}"
+        )
 
 
 @click.command("compare")
 @click.argument("base")
 @click.argument("new")
-@click.option("--threshold", default="7%", show_default=True, callback=threshold,
-              help="Relative change that counts: 7%, 0.07 or 7 (a bare number above 1 is a percentage).")
-@click.option("--count-threshold", default=None, callback=threshold,
-              help="One threshold for deterministic counts (instructions, op_counts, flops); default 2% for "
-                   "instructions, 1% for the others.")
-@click.option("--alpha", type=float, default=0.01, show_default=True, callback=_alpha,
-              help="Significance level of the one-sided Mann-Whitney U test after correction.")
-@click.option("--correction", type=click.Choice(["holm", "bh", "none"]), default="holm", show_default=True,
-              help="Multiple-comparison correction: holm (family-wise) or bh (false discovery rate).")
+@click.option(
+    "--threshold",
+    default="7%",
+    show_default=True,
+    callback=threshold,
+    help="Relative change that counts: 7%, 0.07 or 7 (a bare number above 1 is a percentage).",
+)
+@click.option(
+    "--count-threshold",
+    default=None,
+    callback=threshold,
+    help="One threshold for deterministic counts (instructions, op_counts, flops); default 2% for "
+    "instructions, 1% for the others.",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=0.01,
+    show_default=True,
+    callback=_alpha,
+    help="Significance level of the one-sided Mann-Whitney U test after correction.",
+)
+@click.option(
+    "--correction",
+    type=click.Choice(["holm", "bh", "none"]),
+    default="holm",
+    show_default=True,
+    help="Multiple-comparison correction: holm (family-wise) or bh (false discovery rate).",
+)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the comparison as JSON.")
-@click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Write the Markdown report (an issue body).")
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database for run ids, latest and previous (default: $TORCHGAUGE_DB or the XDG data dir).")
-@click.option("--machine", default=None,
-              help="Machine fingerprint that latest/previous refer to (default: any machine).")
-@click.option("--include-incomplete", is_flag=True,
-              help="latest/previous may name an interrupted run (by default they skip incomplete runs).")
+@click.option(
+    "--markdown", type=click.Path(dir_okay=False), default=None, help="Write the Markdown report (an issue body)."
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="History database for run ids, latest and previous (default: $TORCHGAUGE_DB or the XDG data dir).",
+)
+@click.option(
+    "--machine", default=None, help="Machine fingerprint that latest/previous refer to (default: any machine)."
+)
+@click.option(
+    "--include-incomplete",
+    is_flag=True,
+    help="latest/previous may name an interrupted run (by default they skip incomplete runs).",
+)
 @click.option("--confirm", is_flag=True, help="Rerun flagged configurations in fresh processes; keep what fails again.")
-@click.option("--confirm-runs", type=click.IntRange(min=2), default=None,
-              help="Fresh processes per side for --confirm (default: enough to reach --alpha after correction).")
-@click.option("--baseline-python", default=None, help="Interpreter with the base build (for --confirm; default: this one).")
-@click.option("--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one).")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Python file registering extra models, for --confirm reruns (repeatable).")
+@click.option(
+    "--confirm-runs",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Fresh processes per side for --confirm (default: enough to reach --alpha after correction).",
+)
+@click.option(
+    "--baseline-python", default=None, help="Interpreter with the base build (for --confirm; default: this one)."
+)
+@click.option(
+    "--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one)."
+)
+@click.option(
+    "--model-file",
+    "model_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Python file registering extra models, for --confirm reruns (repeatable).",
+)
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
-@click.option("--time-signal", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
-              help="Test wall time, or each step's process CPU time (one intra-op thread: ignores time spent "
-                   "descheduled on a loaded machine; docs/regression-detection.md).")
-@click.option("--allow-inconclusive", is_flag=True,
-              help="Exit 0 even when a change beyond --threshold is inconclusive (the test cannot reach --alpha "
-                   "with these sample sizes); they are still listed first.")
+@click.option(
+    "--time-signal",
+    type=click.Choice(["wall", "cpu"]),
+    default="wall",
+    show_default=True,
+    help="Test wall time, or each step's process CPU time (one intra-op thread: ignores time spent "
+    "descheduled on a loaded machine; docs/regression-detection.md).",
+)
+@click.option(
+    "--allow-inconclusive",
+    is_flag=True,
+    help="Exit 0 even when a change beyond --threshold is inconclusive (the test cannot reach --alpha "
+    "with these sample sizes); they are still listed first.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare_command(**kw: object) -> int:
@@ -120,8 +177,15 @@ def compare_command(**kw: object) -> int:
     for label, side in ((base_label, base), (new_label, new)):
         if not side.complete:
             term.warning(f"{label} is an interrupted run: the configurations it never reached are missing from it")
-    cmp = compare_results(base, new, threshold=kw["threshold"], alpha=kw["alpha"], correction=kw["correction"],
-                          count_threshold=kw["count_threshold"], time_signal=kw["time_signal"])
+    cmp = compare_results(
+        base,
+        new,
+        threshold=kw["threshold"],
+        alpha=kw["alpha"],
+        correction=kw["correction"],
+        count_threshold=kw["count_threshold"],
+        time_signal=kw["time_signal"],
+    )
     for note in (cmp.hardware_note, cmp.threads_note, code_change_note(model_code_changes(base.runs, new.runs))):
         if note:
             term.warning(f"{new_label} vs {base_label}: {note}")
@@ -137,7 +201,9 @@ def compare_command(**kw: object) -> int:
             model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
             threads=recorded_intra_op_threads([*base.runs, *new.runs]),
         )
-        term.info(f"confirming {len({f.config.key() for f in cmp.regressions})} flagged configuration(s) in fresh processes")
+        term.info(
+            f"confirming {len({f.config.key() for f in cmp.regressions})} flagged configuration(s) in fresh processes"
+        )
         try:
             cmp = confirm_comparison(cmp, request, on_round=lambda r, n: term.info(f"  confirmation round {r}/{n}"))
         except ConfirmError as exc:
@@ -162,15 +228,21 @@ def compare_command(**kw: object) -> int:
         for s in cmp.fixes:
             term.info(f"fixed: {s.config.label()} {s.base_status} -> {s.new_status}")
         if cmp.dismissed:
-            term.info(f"{len(cmp.dismissed)} flagged change(s) not confirmed by {cmp.confirm_rounds} fresh runs per side")
-    summary = (f"{len(cmp.regressions)} regression(s), {len(cmp.improvements)} improvement(s), "
-               f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es), "
-               f"{len(cmp.inconclusive)} inconclusive in {cmp.compared} configuration(s) ({new_label} vs {base_label})")
+            term.info(
+                f"{len(cmp.dismissed)} flagged change(s) not confirmed by {cmp.confirm_rounds} fresh runs per side"
+            )
+    summary = (
+        f"{len(cmp.regressions)} regression(s), {len(cmp.improvements)} improvement(s), "
+        f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es), "
+        f"{len(cmp.inconclusive)} inconclusive in {cmp.compared} configuration(s) ({new_label} vs {base_label})"
+    )
     code = exit_code(cmp, allow_inconclusive=bool(kw["allow_inconclusive"]))
     (term.error if code else term.success)(summary)
     if code == EXIT_INCONCLUSIVE:
-        term.error(f"{len(cmp.inconclusive_beyond_threshold)} change(s) beyond the threshold could not be tested "
-                   f"(exit {EXIT_INCONCLUSIVE}); rerun with more --repeat or pass --allow-inconclusive")
+        term.error(
+            f"{len(cmp.inconclusive_beyond_threshold)} change(s) beyond the threshold could not be tested "
+            f"(exit {EXIT_INCONCLUSIVE}); rerun with more --repeat or pass --allow-inconclusive"
+        )
     if code:
         raise click.exceptions.Exit(code)
     return 0

@@ -11,7 +11,7 @@ it stop with the equivalent of the rest printed.
 from __future__ import annotations
 
 import shlex
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 
@@ -21,9 +21,19 @@ __all__ = ["dynamo_command", "equivalent_run_args"]
 _PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "amp": "amp"}
 
 
-def equivalent_run_args(*, performance: bool, accuracy: bool, training: bool, backend: str | None, only: str | None,
-                        device: str | None, batch_size: int | None, precision: str | None, output: str | None,
-                        repeat: int | None) -> list[str]:
+def equivalent_run_args(
+    *,
+    performance: bool,
+    accuracy: bool,
+    training: bool,
+    backend: str | None,
+    only: str | None,
+    device: str | None,
+    batch_size: int | None,
+    precision: str | None,
+    output: str | None,
+    repeat: int | None,
+) -> list[str]:
     """The ``torchgauge run`` arguments that measure what the harness flags ask for.
 
     Raises:
@@ -47,7 +57,9 @@ def equivalent_run_args(*, performance: bool, accuracy: bool, training: bool, ba
     if accuracy:
         if output:
             raise click.UsageError(
-                "torchgauge writes no accuracy CSV; the check itself is: torchgauge run " + shlex.join(args + ["--accuracy"]))
+                "torchgauge writes no accuracy CSV; the check itself is: torchgauge run "
+                + shlex.join(args + ["--accuracy"])
+            )
         return args + ["--accuracy"]
     if output:
         args += ["--csv", output]
@@ -89,7 +101,9 @@ def dynamo_command(unmapped: Sequence[str], dry_run: bool, **flags: object) -> N
     args = equivalent_run_args(**flags)
     command = "torchgauge run " + shlex.join(args)
     if unmapped:
-        raise click.UsageError(f"no torchgauge equivalent for {' '.join(unmapped)}; without it the command is: {command}")
+        raise click.UsageError(
+            f"no torchgauge equivalent for {' '.join(unmapped)}; without it the command is: {command}"
+        )
     term = Terminal()
     # One unwrapped, unstyled line: it is meant to be copied (patterns may hold [brackets]).
     term.err.print(f"equivalent: {command}", soft_wrap=True, markup=False, highlight=False)

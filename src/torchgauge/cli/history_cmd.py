@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 
-
 class _QuantityChoice(click.Choice):
     """The metric registry's quantities, read when first needed (``torchgauge --help`` stays torch-free)."""
 
@@ -25,21 +24,33 @@ class _QuantityChoice(click.Choice):
 
 @click.command("history")
 @click.argument("model")
-@click.option("--metric", type=_QuantityChoice(), default="time", show_default=True,
-              help="Which value to follow (time: median ms per step).")
+@click.option(
+    "--metric",
+    type=_QuantityChoice(),
+    default="time",
+    show_default=True,
+    help="Which value to follow (time: median ms per step).",
+)
 @click.option("--mode", type=click.Choice(["train", "eval"]), default=None, help="Only this mode (default: both).")
 @click.option("--device", default=None, help="Only this device, e.g. cpu or cuda.")
 @click.option("--precision", default=None, help="Only this precision.")
 @click.option("--backend", default=None, help="Only this backend.")
 @click.option("--machine", default=None, help="Only this machine fingerprint.")
 @click.option("--threshold", default="7%", show_default=True, help="Smallest level change marked as a step.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database: a SQLite file or a postgresql:// URL "
-                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="History database: a SQLite file or a postgresql:// URL (default: $TORCHGAUGE_DB or the XDG data dir).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the series and steps as JSON.")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="Also draw the series to this file (.png, .svg or .pdf; needs matplotlib): one line per "
-                   "configuration, detected levels dashed, steps marked.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also draw the series to this file (.png, .svg or .pdf; needs matplotlib): one line per "
+    "configuration, detected levels dashed, steps marked.",
+)
 def history_command(**kw: object) -> None:
     """Show MODEL's stored runs of one metric in time order, with detected steps."""
     from ..compare.regression import parse_threshold
@@ -56,8 +67,14 @@ def history_command(**kw: object) -> None:
         raise click.BadParameter(str(exc), param_hint="--threshold") from None
     try:
         with open_store(kw["db"], create=False, readonly=True) as store:
-            points = store.series(str(kw["model"]), mode=kw["mode"], device=kw["device"], precision=kw["precision"],
-                                  backend=kw["backend"], machine=kw["machine"])
+            points = store.series(
+                str(kw["model"]),
+                mode=kw["mode"],
+                device=kw["device"],
+                precision=kw["precision"],
+                backend=kw["backend"],
+                machine=kw["machine"],
+            )
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     if not points:
@@ -66,15 +83,22 @@ def history_command(**kw: object) -> None:
     if kw["plot"]:
         try:
             metric = str(kw["metric"])
-            write_history_plot(tables, str(kw["plot"]), title=f"{kw['model']}: {metric}",
-                               ylabel=f"{metric} ({quantity(metric).unit})")
+            write_history_plot(
+                tables, str(kw["plot"]), title=f"{kw['model']}: {metric}", ylabel=f"{metric} ({quantity(metric).unit})"
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             raise click.BadParameter(str(exc), param_hint="--plot") from None
         term.info(f"plot written to {kw['plot']}")
     if kw["as_json"]:
-        term.json([{"config": t.label, "columns": list(HISTORY_COLUMNS), "rows": t.rows, "steps": t.steps} for t in tables])
+        term.json(
+            [{"config": t.label, "columns": list(HISTORY_COLUMNS), "rows": t.rows, "steps": t.steps} for t in tables]
+        )
         return
     for t in tables:
         spark = sparkline([row[5] for row in t.rows])
-        term.table(HISTORY_COLUMNS, t.rows, title=f"{kw['model']} {t.label}: {kw['metric']}  {spark}",
-                   justify=("right", "left", "left", "left", "left", "right", "right", "left"))
+        term.table(
+            HISTORY_COLUMNS,
+            t.rows,
+            title=f"{kw['model']} {t.label}: {kw['metric']}  {spark}",
+            justify=("right", "left", "left", "left", "left", "right", "right", "left"),
+        )

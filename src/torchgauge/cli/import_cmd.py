@@ -7,14 +7,24 @@ import click
 
 @click.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database, created if missing: a SQLite file or a postgresql:// URL "
-                   "(default: $TORCHGAUGE_DB or the XDG data dir).")
-@click.option("--merge", is_flag=True, help="Store all FILES as one run (the shards of one CI suite); "
-              "refused when they ran on different hardware.")
-@click.option("--allow-mixed-hardware", is_flag=True,
-              help="With --merge: store shards from different hardware as one run anyway; each run keeps its own "
-                   "environment and compare reports the mix.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="History database, created if missing: a SQLite file or a postgresql:// URL "
+    "(default: $TORCHGAUGE_DB or the XDG data dir).",
+)
+@click.option(
+    "--merge",
+    is_flag=True,
+    help="Store all FILES as one run (the shards of one CI suite); refused when they ran on different hardware.",
+)
+@click.option(
+    "--allow-mixed-hardware",
+    is_flag=True,
+    help="With --merge: store shards from different hardware as one run anyway; each run keeps its own "
+    "environment and compare reports the mix.",
+)
 def import_command(files: tuple[str, ...], db: str | None, merge: bool, allow_mixed_hardware: bool) -> None:
     """Store each results FILE as one run (atomically: a file is stored whole or not at all)."""
     from ..results.schema import SchemaError, load_results
@@ -31,9 +41,11 @@ def import_command(files: tuple[str, ...], db: str | None, merge: bool, allow_mi
         mixed = _hardware_groups(docs)
         if len(mixed) > 1 and not allow_mixed_hardware:
             groups = "; ".join(f"{hardware}: {', '.join(paths)}" for hardware, paths in mixed.items())
-            raise click.ClickException(f"the shards ran on {len(mixed)} different hardware types ({groups}); their "
-                                       "timings cannot be merged into one run. Import them separately, or pass "
-                                       "--allow-mixed-hardware to merge them with each run's hardware recorded")
+            raise click.ClickException(
+                f"the shards ran on {len(mixed)} different hardware types ({groups}); their "
+                "timings cannot be merged into one run. Import them separately, or pass "
+                "--allow-mixed-hardware to merge them with each run's hardware recorded"
+            )
         docs = [(" + ".join(files), _merge([r for _, r in docs]))]
         if len(mixed) > 1:
             term.warning(f"merged shards from {len(mixed)} hardware types; compare will report the mix")
@@ -57,7 +69,9 @@ def _merge(parts: list) -> object:
             if record.env is None and part.env != first.env:
                 record.env = part.env
             runs.append(record)
-    return ResultsFile(env=first.env, runs=runs, created_at=first.created_at, torchgauge_version=first.torchgauge_version)
+    return ResultsFile(
+        env=first.env, runs=runs, created_at=first.created_at, torchgauge_version=first.torchgauge_version
+    )
 
 
 def _hardware_groups(docs: list) -> dict[str, list[str]]:

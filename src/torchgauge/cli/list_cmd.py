@@ -11,11 +11,22 @@ from ..registry import DOMAINS
 @click.argument("patterns", nargs=-1)
 @click.option("--domain", type=click.Choice(DOMAINS), multiple=True, help="Only models of this domain (repeatable).")
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable; all must match).")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Python file registering extra models.")
+@click.option(
+    "--model-file",
+    "model_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Python file registering extra models.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_command(*, patterns: tuple[str, ...], domain: tuple[str, ...], tags: tuple[str, ...],
-                 model_files: tuple[str, ...], as_json: bool) -> None:
+def list_command(
+    *,
+    patterns: tuple[str, ...],
+    domain: tuple[str, ...],
+    tags: tuple[str, ...],
+    model_files: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """List models matching PATTERNS (fnmatch wildcards, e.g. 'resnet*')."""
     from ..registry import get_spec, list_models, load_model_file
     from .terminal import Terminal
@@ -29,10 +40,21 @@ def list_command(*, patterns: tuple[str, ...], domain: tuple[str, ...], tags: tu
         term.json([s.as_dict() for s in specs])
         return
     rows = [
-        [s.name, s.domain, s.task, s.train_batch_size, s.eval_batch_size, ",".join(s.modes),
-         f"{s.param_count / 1e6:.1f}M" if s.param_count else None, ",".join(sorted(s.tags))]
+        [
+            s.name,
+            s.domain,
+            s.task,
+            s.train_batch_size,
+            s.eval_batch_size,
+            ",".join(s.modes),
+            f"{s.param_count / 1e6:.1f}M" if s.param_count else None,
+            ",".join(sorted(s.tags)),
+        ]
         for s in specs
     ]
-    term.table(("model", "domain", "task", "train bs", "eval bs", "modes", "params", "tags"), rows,
-               justify=("left", "left", "left", "right", "right", "left", "right", "left"))
+    term.table(
+        ("model", "domain", "task", "train bs", "eval bs", "modes", "params", "tags"),
+        rows,
+        justify=("left", "left", "left", "right", "right", "left", "right", "left"),
+    )
     term.info(f"{len(specs)} models in {len({s.domain for s in specs})} domains")

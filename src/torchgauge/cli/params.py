@@ -7,8 +7,21 @@ import re
 
 import click
 
-__all__ = ["MEBIBYTES", "PROBABILITY", "SECONDS", "SEED", "Number", "bad_config", "check_device", "fraction",
-           "non_negative", "positive", "selected_models", "split_csv", "threshold"]
+__all__ = [
+    "MEBIBYTES",
+    "PROBABILITY",
+    "SECONDS",
+    "SEED",
+    "Number",
+    "bad_config",
+    "check_device",
+    "fraction",
+    "non_negative",
+    "positive",
+    "selected_models",
+    "split_csv",
+    "threshold",
+]
 
 
 class Number(click.ParamType):
@@ -25,8 +38,15 @@ class Number(click.ParamType):
 
     name = "number"
 
-    def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
-                 high_open: bool = False, unit: str = "x") -> None:
+    def __init__(
+        self,
+        low: float | None = None,
+        high: float | None = None,
+        *,
+        low_open: bool = False,
+        high_open: bool = False,
+        unit: str = "x",
+    ) -> None:
         self.low, self.high, self.low_open, self.high_open, self.unit = low, high, low_open, high_open, unit
 
     def accepted(self) -> str:

@@ -9,18 +9,41 @@ from .params import threshold as _threshold
 
 @click.command("report")
 @click.argument("results_files", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--db", type=click.Path(dir_okay=False), default=None,
-              help="History database to report (default without RESULTS_FILES: $TORCHGAUGE_DB or the XDG data dir).")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="History database to report (default without RESULTS_FILES: $TORCHGAUGE_DB or the XDG data dir).",
+)
 @click.option("--output", "-o", type=click.Path(file_okay=False), required=True, help="Folder of the site (created).")
-@click.option("--coverage", "coverage_file", type=click.Path(dir_okay=False), default=None,
-              help="A `torchgauge coverage --output` JSON file for the coverage figure.")
-@click.option("--threshold", default="7%", show_default=True, callback=_threshold,
-              help="Relative change that counts, for the verdicts and the step markers.")
-@click.option("--machine", default=None,
-              help="Machine fingerprint whose latest run the index shows (default: the newest run's).")
+@click.option(
+    "--coverage",
+    "coverage_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A `torchgauge coverage --output` JSON file for the coverage figure.",
+)
+@click.option(
+    "--threshold",
+    default="7%",
+    show_default=True,
+    callback=_threshold,
+    help="Relative change that counts, for the verdicts and the step markers.",
+)
+@click.option(
+    "--machine", default=None, help="Machine fingerprint whose latest run the index shows (default: the newest run's)."
+)
 @click.option("--title", default=None, help="Title shown on every page.")
-def report_command(*, results_files: tuple[str, ...], db: str | None, output: str, coverage_file: str | None,
-                   threshold: float, machine: str | None, title: str | None) -> None:
+def report_command(
+    *,
+    results_files: tuple[str, ...],
+    db: str | None,
+    output: str,
+    coverage_file: str | None,
+    threshold: float,
+    machine: str | None,
+    title: str | None,
+) -> None:
     """Write a dashboard of RESULTS_FILES (oldest first; the last is the latest run) or of --db into --output.
 
     The site opens from the file system with no network: index.html (the latest run, sortable and
@@ -43,11 +66,15 @@ def report_command(*, results_files: tuple[str, ...], db: str | None, output: st
             with open(coverage_file) as fh:
                 coverage = json.load(fh)
         except (OSError, json.JSONDecodeError) as exc:
-            raise click.BadParameter(f"cannot read {coverage_file}: {exc}; accepted: the JSON of "
-                                     "`torchgauge coverage --output`", param_hint="--coverage") from None
+            raise click.BadParameter(
+                f"cannot read {coverage_file}: {exc}; accepted: the JSON of `torchgauge coverage --output`",
+                param_hint="--coverage",
+            ) from None
         if not isinstance(coverage, dict) or "summary" not in coverage:
-            raise click.BadParameter(f"{coverage_file} has no 'summary'; accepted: the JSON of "
-                                     "`torchgauge coverage --output`", param_hint="--coverage")
+            raise click.BadParameter(
+                f"{coverage_file} has no 'summary'; accepted: the JSON of `torchgauge coverage --output`",
+                param_hint="--coverage",
+            )
     options = {"title": title or DEFAULT_TITLE, "threshold": threshold, "coverage": coverage, "machine": machine}
     try:
         if results_files:
@@ -57,5 +84,7 @@ def report_command(*, results_files: tuple[str, ...], db: str | None, output: st
                 built = build_site(store, output, **options)
     except (SchemaError, StoreError, SiteError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    term.success(f"wrote {built.pages} pages ({built.models} models, {built.bytes / 1e6:.1f} MB) to {built.path}; "
-                 f"open {built.path / 'index.html'}")
+    term.success(
+        f"wrote {built.pages} pages ({built.models} models, {built.bytes / 1e6:.1f} MB) to {built.path}; "
+        f"open {built.path / 'index.html'}"
+    )

@@ -30,8 +30,9 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.isidentifier():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE; accepted: e.g. --model-arg embedding_dim=64",
-                                     param_hint="--model-arg")
+            raise click.BadParameter(
+                f"{item!r} is not KEY=VALUE; accepted: e.g. --model-arg embedding_dim=64", param_hint="--model-arg"
+            )
         for cast in (int, float):
             try:
                 out[key] = cast(raw)
@@ -46,86 +47,196 @@ def _parse_model_kwargs(items: tuple[str, ...]) -> dict[str, object]:
 @click.command("run")
 @click.argument("patterns", nargs=-1, required=True)
 @click.option("--device", "-d", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
-@click.option("--mode", "-t", "--test", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True,
-              help="-t/--test as TorchBench's run.py.")
-@click.option("--batch-size", "--bs", default=None, callback=_batch_size,
-              help="Override every model's default batch size: N, or 'auto' for the eval size found by tune-batch.")
-@click.option("--batch-store", type=click.Path(dir_okay=False), default=None,
-              help="Batch-size store read by --batch-size auto "
-                   "[default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
+@click.option(
+    "--mode",
+    "-t",
+    "--test",
+    type=click.Choice(["train", "eval", "both"]),
+    default="both",
+    show_default=True,
+    help="-t/--test as TorchBench's run.py.",
+)
+@click.option(
+    "--batch-size",
+    "--bs",
+    default=None,
+    callback=_batch_size,
+    help="Override every model's default batch size: N, or 'auto' for the eval size found by tune-batch.",
+)
+@click.option(
+    "--batch-store",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Batch-size store read by --batch-size auto [default: $TORCHGAUGE_BATCH_STORE or the user data dir].",
+)
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per run.")
-@click.option("--adaptive", type=float, default=None,
-              help="Adaptive repeats: time until the median's 95%% interval is narrower than this fraction of it "
-                   "(e.g. 0.05), with --repeat as the minimum and --max-repeat as the maximum; every sample kept.")
-@click.option("--max-repeat", type=int, default=200, show_default=True, callback=positive,
-              help="Most timed iterations with --adaptive.")
-@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
-              help="Untimed iterations first.")
-@click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True,
-              help="'smoke' runs every model at tiny shapes (seconds on a CPU).")
+@click.option(
+    "--adaptive",
+    type=float,
+    default=None,
+    help="Adaptive repeats: time until the median's 95%% interval is narrower than this fraction of it "
+    "(e.g. 0.05), with --repeat as the minimum and --max-repeat as the maximum; every sample kept.",
+)
+@click.option(
+    "--max-repeat",
+    type=int,
+    default=200,
+    show_default=True,
+    callback=positive,
+    help="Most timed iterations with --adaptive.",
+)
+@click.option(
+    "--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first."
+)
+@click.option(
+    "--size",
+    type=click.Choice(["full", "smoke"]),
+    default="full",
+    show_default=True,
+    help="'smoke' runs every model at tiny shapes (seconds on a CPU).",
+)
 @click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16, bf16, amp.")
-@click.option("--backend", default="eager", show_default=True,
-              help="eager, inductor, aot_eager, torchscript, cudagraphs, ...")
+@click.option(
+    "--backend", default="eager", show_default=True, help="eager, inductor, aot_eager, torchscript, cudagraphs, ..."
+)
 @click.option("--channels-last", is_flag=True, help="channels_last memory format (convolutional models).")
-@click.option("--compile-mode", default=None,
-              help="torch.compile mode for inductor: default, reduce-overhead, max-autotune.")
+@click.option(
+    "--compile-mode", default=None, help="torch.compile mode for inductor: default, reduce-overhead, max-autotune."
+)
 @click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic shapes (default: torch decides).")
-@click.option("--compile-scope", type=click.Choice(["forward", "step"]), default="forward", show_default=True,
-              help="Compile the forward only, or the whole step (forward, loss, backward, optimizer step) as the "
-                   "dynamo harness does.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the dynamo harness's performance CSV; a compiling --backend then also runs eager "
-                   "(interleaved) for the speedup, as the harness's --performance does.")
+@click.option(
+    "--compile-scope",
+    type=click.Choice(["forward", "step"]),
+    default="forward",
+    show_default=True,
+    help="Compile the forward only, or the whole step (forward, loss, backward, optimizer step) as the "
+    "dynamo harness does.",
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the dynamo harness's performance CSV; a compiling --backend then also runs eager "
+    "(interleaved) for the speedup, as the harness's --performance does.",
+)
 @click.option("--accuracy", is_flag=True, help="Check each run against an eager fp64 reference (status fail_accuracy).")
 @click.option("--metrics", default="time,memory", show_default=True, help="Comma-separated metrics to collect.")
-@click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
-              help="Write a Chrome/Perfetto trace per run (shapes, stacks) into this directory; implies breakdown.")
-@click.option("--leak-iterations", type=int, default=None,
-              help="Steps the leak metric runs and samples memory after (default 50).")
-@click.option("--instruction-steps", type=int, default=None,
-              help="Steps the instructions metric counts under callgrind (default 3).")
-@click.option("--threads", default="1", show_default=True,
-              help="torch intra-op threads per run: N, or 'all' (one per CPU). 1 stays stable on a shared machine "
-                   "(docs/regression-detection.md, 'Thread settings'); recorded in every run.")
-@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Measure each configuration in this many fresh processes, interleaved over the suite (asv's "
-                   "rounds); compare then tests process medians (docs/regression-detection.md).")
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write a Chrome/Perfetto trace per run (shapes, stacks) into this directory; implies breakdown.",
+)
+@click.option(
+    "--leak-iterations",
+    type=int,
+    default=None,
+    help="Steps the leak metric runs and samples memory after (default 50).",
+)
+@click.option(
+    "--instruction-steps",
+    type=int,
+    default=None,
+    help="Steps the instructions metric counts under callgrind (default 3).",
+)
+@click.option(
+    "--threads",
+    default="1",
+    show_default=True,
+    help="torch intra-op threads per run: N, or 'all' (one per CPU). 1 stays stable on a shared machine "
+    "(docs/regression-detection.md, 'Thread settings'); recorded in every run.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Measure each configuration in this many fresh processes, interleaved over the suite (asv's "
+    "rounds); compare then tests process medians (docs/regression-detection.md).",
+)
 @click.option("--pin-threads", is_flag=True, help="Restrict each run to as many CPUs as it has threads.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")
-@click.option("--memory-limit", type=MEBIBYTES, default=None,
-              help="MiB of resident memory per worker before status oom.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
-              help="Results JSON (default: torchgauge-results/run-<time>.json).")
-@click.option("--keep-logs", type=click.Path(file_okay=False), default=None,
-              help="Keep each worker's full stdout/stderr in this directory (default: only the error's last lines).")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Python file registering extra models (repeatable).")
+@click.option(
+    "--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom."
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Results JSON (default: torchgauge-results/run-<time>.json).",
+)
+@click.option(
+    "--keep-logs",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep each worker's full stdout/stderr in this directory (default: only the error's last lines).",
+)
+@click.option(
+    "--model-file",
+    "model_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Python file registering extra models (repeatable).",
+)
 @click.option("--model-arg", "model_args", multiple=True, help="Architecture override KEY=VALUE passed to builders.")
 @click.option("--exclude", multiple=True, help="fnmatch pattern of models to leave out (repeatable).")
 @click.option("--domain", multiple=True, help="Only models of this domain (repeatable).")
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable).")
 @click.option("--shard", default=None, help="Run shard i of n of the selected models, e.g. 2/4 (CI sharding).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs at once. Above 1 the runs disturb each other's timings: for smoke checks where only the "
-                   "outcome matters (the CPUs are shared out between workers, as in `coverage --jobs`).")
-@click.option("--isolation", type=click.Choice(["per-run", "per-model"]), default="per-run", show_default=True,
-              help="per-model: one worker runs a model's eager fp32 configurations in turn (each built fresh) "
-                   "instead of one worker each; saves a worker start per configuration.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs at once. Above 1 the runs disturb each other's timings: for smoke checks where only the "
+    "outcome matters (the CPUs are shared out between workers, as in `coverage --jobs`).",
+)
+@click.option(
+    "--isolation",
+    type=click.Choice(["per-run", "per-model"]),
+    default="per-run",
+    show_default=True,
+    help="per-model: one worker runs a model's eager fp32 configurations in turn (each built fresh) "
+    "instead of one worker each; saves a worker start per configuration.",
+)
 @click.option("--in-process", is_flag=True, help="Run in this process (debugging: no isolation, no timeout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results document as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None, envvar="TORCHGAUGE_DB", metavar="PATH|URL",
-              help="Also store each finished run in this history database, a SQLite file or a postgresql:// URL "
-                   "(env TORCHGAUGE_DB; opt-in).")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="TORCHGAUGE_DB",
+    metavar="PATH|URL",
+    help="Also store each finished run in this history database, a SQLite file or a postgresql:// URL "
+    "(env TORCHGAUGE_DB; opt-in).",
+)
 @click.option("--no-db", is_flag=True, help="Do not store in the history database even if TORCHGAUGE_DB is set.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where runs execute: this machine, or a Ray cluster (pip install 'torchgauge[ray]').")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where runs execute: this machine, or a Ray cluster (pip install 'torchgauge[ray]').",
+)
 @click.option("--address", default=None, help="Ray cluster address host:port [--executor ray; default: $RAY_ADDRESS].")
-@click.option("--cpus-per-run", type=int, default=None, callback=positive,
-              help="Whole CPUs (pinned cores) each run holds on the cluster [--executor ray; default 1].")
-@click.option("--mix-hardware", is_flag=True,
-              help="Let one suite use cluster nodes of different hardware (each run keeps its own fingerprint).")
+@click.option(
+    "--cpus-per-run",
+    type=int,
+    default=None,
+    callback=positive,
+    help="Whole CPUs (pinned cores) each run holds on the cluster [--executor ray; default 1].",
+)
+@click.option(
+    "--mix-hardware",
+    is_flag=True,
+    help="Let one suite use cluster nodes of different hardware (each run keeps its own fingerprint).",
+)
 def run_command(**kw: object) -> None:
     """Benchmark models matching PATTERNS (names or wildcards such as 'resnet*')."""
     from ..executors.ray_cluster import ClusterError
@@ -142,8 +253,10 @@ def run_command(**kw: object) -> None:
         raise click.ClickException("nothing to run: the shard or filters selected no model")
     term.info(f"running {len(configs)} configurations of {selected} models -> {output}")
     if runner_options.jobs > 1:
-        term.warning(f"--jobs {runner_options.jobs}: runs overlap and share the CPUs, so their timings are not "
-                     "comparable with each other or with a --jobs 1 run; use it for smoke checks of outcomes only")
+        term.warning(
+            f"--jobs {runner_options.jobs}: runs overlap and share the CPUs, so their timings are not "
+            "comparable with each other or with a --jobs 1 run; use it for smoke checks of outcomes only"
+        )
     executor = _executor(kw, term)
     try:
         env = executor.environment()
@@ -159,12 +272,19 @@ def run_command(**kw: object) -> None:
             def on_result(r, mark: str) -> None:
                 counts.add(r)
                 progress.advance(task)
-                progress.console.print(terminal_text(counts.count_line(r)) + mark, highlight=False, markup=False,
-                                       soft_wrap=True)
+                progress.console.print(
+                    terminal_text(counts.count_line(r)) + mark, highlight=False, markup=False, soft_wrap=True
+                )
 
-            results = suite.run(runner_options, env=env, executor=executor, on_result=on_result,
-                                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
-                                warn=term.warning, info=term.info)
+            results = suite.run(
+                runner_options,
+                env=env,
+                executor=executor,
+                on_result=on_result,
+                on_start=lambda c: progress.update(task, current=terminal_text(f"{c.model} {c.mode}")),
+                warn=term.warning,
+                info=term.info,
+            )
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: say what was kept
@@ -193,13 +313,17 @@ def run_command(**kw: object) -> None:
         term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
     crowded = [r.config.model for r in results.runs if (r.threads or {}).get("oversubscribed")]
     if crowded:
-        term.warning(f"{len(crowded)} run(s) were oversubscribed (their threads plus other processes' work exceeded "
-                     f"the CPUs): their timings are unreliable; see each record's 'threads' ({', '.join(crowded[:5])})")
+        term.warning(
+            f"{len(crowded)} run(s) were oversubscribed (their threads plus other processes' work exceeded "
+            f"the CPUs): their timings are unreliable; see each record's 'threads' ({', '.join(crowded[:5])})"
+        )
     code = exit_code(results.runs)
     if code == DEVICE_MISSING_EXIT_CODE:
         skipped = next(r for r in results.runs if r.status == "skipped")
-        term.error(f"no run was measured: {skipped.error}; "
-                   f"failing (exit {code}) so that a job on the wrong machine does not pass")
+        term.error(
+            f"no run was measured: {skipped.error}; "
+            f"failing (exit {code}) so that a job on the wrong machine does not pass"
+        )
     if code:
         raise click.exceptions.Exit(code)
 
@@ -217,8 +341,15 @@ def _executor(kw: dict, term):
     """The executor --executor names; cluster options only with the ray executor."""
     from ..executors import create_executor
 
-    given = [flag for key, flag in (("address", "--address"), ("cpus_per_run", "--cpus-per-run"),
-                                    ("mix_hardware", "--mix-hardware")) if kw[key]]
+    given = [
+        flag
+        for key, flag in (
+            ("address", "--address"),
+            ("cpus_per_run", "--cpus-per-run"),
+            ("mix_hardware", "--mix-hardware"),
+        )
+        if kw[key]
+    ]
     if kw["executor"] == "local":
         if given:
             raise click.UsageError(f"{', '.join(given)} apply only with --executor ray")
@@ -226,8 +357,14 @@ def _executor(kw: dict, term):
     if kw["in_process"]:
         raise click.UsageError("--in-process runs in this process; it does not combine with --executor ray")
     try:
-        return create_executor("ray", on_note=term.warning, address=kw["address"], cpus_per_run=kw["cpus_per_run"] or 1,
-                               mix_hardware=bool(kw["mix_hardware"]), device=kw["device"])
+        return create_executor(
+            "ray",
+            on_note=term.warning,
+            address=kw["address"],
+            cpus_per_run=kw["cpus_per_run"] or 1,
+            mix_hardware=bool(kw["mix_hardware"]),
+            device=kw["device"],
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--device") from None
 
@@ -256,11 +393,18 @@ def _options(kw: dict, metrics: tuple[str, ...]):
         metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
     if kw["adaptive"] is not None:
         extras["adaptive"] = Adaptive(kw["adaptive"], kw["max_repeat"])
-    options = backend_options(str(kw["backend"]), warmup=kw["warmup"], compile_scope=kw["compile_scope"],
-                              channels_last=bool(kw["channels_last"]), compile_mode=kw["compile_mode"],
-                              dynamic=kw["dynamic"], accuracy=bool(kw["accuracy"]),
-                              leak_iterations=kw["leak_iterations"], instruction_steps=kw["instruction_steps"],
-                              **extras)
+    options = backend_options(
+        str(kw["backend"]),
+        warmup=kw["warmup"],
+        compile_scope=kw["compile_scope"],
+        channels_last=bool(kw["channels_last"]),
+        compile_mode=kw["compile_mode"],
+        dynamic=kw["dynamic"],
+        accuracy=bool(kw["accuracy"]),
+        leak_iterations=kw["leak_iterations"],
+        instruction_steps=kw["instruction_steps"],
+        **extras,
+    )
     return options, metrics
 
 
@@ -285,19 +429,37 @@ def _parse(kw: dict, term) -> tuple:
     except ValueError as exc:  # an unknown metric
         raise click.UsageError(str(exc)) from None
     try:
-        selection = Selection(tuple(kw["patterns"]), tuple(kw["exclude"]), tuple(kw["domain"]), tuple(kw["tags"]),
-                              parse_shard(kw["shard"]))
+        selection = Selection(
+            tuple(kw["patterns"]),
+            tuple(kw["exclude"]),
+            tuple(kw["domain"]),
+            tuple(kw["tags"]),
+            parse_shard(kw["shard"]),
+        )
         threads = parse_threads(kw["threads"])
         selected = len(selection.matching())
     except (ValueError, SelectionError) as exc:
         raise click.UsageError(str(exc)) from None
     model_kwargs = _parse_model_kwargs(kw["model_args"])
     try:
-        configs = plan(selection, modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
-                       rounds=kw["rounds"], batch_size=kw["batch_size"], batch_store=kw["batch_store"],
-                       on_note=term.warning, device=kw["device"], precision=kw["precision"], backend=kw["backend"],
-                       size=kw["size"], repeat=kw["repeat"], warmup=kw["warmup"], seed=kw["seed"], metrics=metrics,
-                       options=options, model_kwargs=model_kwargs)
+        configs = plan(
+            selection,
+            modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+            rounds=kw["rounds"],
+            batch_size=kw["batch_size"],
+            batch_store=kw["batch_store"],
+            on_note=term.warning,
+            device=kw["device"],
+            precision=kw["precision"],
+            backend=kw["backend"],
+            size=kw["size"],
+            repeat=kw["repeat"],
+            warmup=kw["warmup"],
+            seed=kw["seed"],
+            metrics=metrics,
+            options=options,
+            model_kwargs=model_kwargs,
+        )
     except ConfigError as exc:
         raise bad_config(exc) from None
     except (StoreError, ValueError) as exc:  # the batch store, or no CUDA device for its name

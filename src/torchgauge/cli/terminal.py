@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -27,7 +28,14 @@ from ..report.escape import terminal_text
 __all__ = ["Terminal"]
 
 PIPE_WIDTH = 160
-STATUS_STYLES = {"ok": "green", "error": "red", "oom": "magenta", "timeout": "yellow", "unsupported": "dim", "skipped": "dim"}
+STATUS_STYLES = {
+    "ok": "green",
+    "error": "red",
+    "oom": "magenta",
+    "timeout": "yellow",
+    "unsupported": "dim",
+    "skipped": "dim",
+}
 
 
 class Terminal:
@@ -50,7 +58,9 @@ class Terminal:
         self.err.print(Text(terminal_text(message), style="green"), highlight=False, soft_wrap=True)
 
     def warning(self, message: str) -> None:
-        self.err.print(Text.assemble(("warning:", "yellow"), " ", terminal_text(message)), highlight=False, soft_wrap=True)
+        self.err.print(
+            Text.assemble(("warning:", "yellow"), " ", terminal_text(message)), highlight=False, soft_wrap=True
+        )
 
     def error(self, message: str) -> None:
         self.err.print(Text.assemble(("error:", "red"), " ", terminal_text(message)), highlight=False, soft_wrap=True)
@@ -61,8 +71,14 @@ class Terminal:
     def markdown(self, text: str) -> None:
         self.out.file.write(text if text.endswith("\n") else text + "\n")
 
-    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, title: str | None = None,
-              justify: Sequence[str] | None = None) -> None:
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        *,
+        title: str | None = None,
+        justify: Sequence[str] | None = None,
+    ) -> None:
         tbl = Table(title=None if title is None else Text(terminal_text(title)), header_style="bold", show_lines=False)
         for i, col in enumerate(columns):
             tbl.add_column(Text(terminal_text(col)), justify=(justify[i] if justify else "left"), overflow="fold")

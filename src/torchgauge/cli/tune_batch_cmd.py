@@ -18,24 +18,50 @@ def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.command("tune-batch")
 @click.argument("patterns", nargs=-1, required=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device, help="cpu, cuda, cuda:N, ...")
-@click.option("--max-batch", type=int, default=None, callback=positive,
-              help="Largest batch size tried [default: tune_batch.DEFAULT_MAX_BATCH].")
-@click.option("--budget-s", type=SECONDS, default=None,
-              help="Seconds of search per model [default: tune_batch.DEFAULT_BUDGET_S].")
+@click.option(
+    "--max-batch",
+    type=int,
+    default=None,
+    callback=positive,
+    help="Largest batch size tried [default: tune_batch.DEFAULT_MAX_BATCH].",
+)
+@click.option(
+    "--budget-s", type=SECONDS, default=None, help="Seconds of search per model [default: tune_batch.DEFAULT_BUDGET_S]."
+)
 @click.option("--repeat", type=int, default=10, show_default=True, callback=positive, help="Timed iterations per size.")
-@click.option("--warmup", type=int, default=3, show_default=True, callback=non_negative,
-              help="Untimed iterations first.")
+@click.option(
+    "--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first."
+)
 @click.option("--size", type=click.Choice(["full", "smoke"]), default="full", show_default=True)
-@click.option("--within", type=float, default=0.0, show_default=True, callback=_within,
-              help="Pick the smallest size within this fraction of the best throughput (0: the best).")
-@click.option("--store", type=click.Path(dir_okay=False), default=None,
-              help="Batch-size store file [default: $TORCHGAUGE_BATCH_STORE or the user data dir].")
+@click.option(
+    "--within",
+    type=float,
+    default=0.0,
+    show_default=True,
+    callback=_within,
+    help="Pick the smallest size within this fraction of the best throughput (0: the best).",
+)
+@click.option(
+    "--store",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Batch-size store file [default: $TORCHGAUGE_BATCH_STORE or the user data dir].",
+)
 @click.option("--no-save", is_flag=True, help="Print the curves without writing the store.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per size at most.")
-@click.option("--memory-limit", type=MEBIBYTES, default=None,
-              help="MiB of resident memory per worker before status oom (the CPU's out-of-memory point).")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Python file registering extra models (repeatable).")
+@click.option(
+    "--memory-limit",
+    type=MEBIBYTES,
+    default=None,
+    help="MiB of resident memory per worker before status oom (the CPU's out-of-memory point).",
+)
+@click.option(
+    "--model-file",
+    "model_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Python file registering extra models (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the searches as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def tune_batch_command(**kw: object) -> None:
@@ -108,11 +134,24 @@ def _point_line(model: str, p) -> str:
 def _print_curve(term, search) -> None:
     chosen = search.choice.batch_size if search.choice else None
     rows = [
-        [p.batch_size, p.status, p.median_ms, p.throughput, p.cpu_peak_mb, p.gpu_peak_mb,
-         "<- chosen" if p.batch_size == chosen else ""]
+        [
+            p.batch_size,
+            p.status,
+            p.median_ms,
+            p.throughput,
+            p.cpu_peak_mb,
+            p.gpu_peak_mb,
+            "<- chosen" if p.batch_size == chosen else "",
+        ]
         for p in search.points
     ]
-    title = (f"{search.model} on {search.device_name} ({search.size}): stopped by {search.stop}; "
-             f"chosen {chosen if chosen is not None else 'none'} (default {search.default_batch_size})")
-    term.table(("batch", "status", "median ms", "samples/s", "peak CPU MB", "peak GPU MB", ""), rows, title=title,
-               justify=("right", "left", "right", "right", "right", "right", "left"))
+    title = (
+        f"{search.model} on {search.device_name} ({search.size}): stopped by {search.stop}; "
+        f"chosen {chosen if chosen is not None else 'none'} (default {search.default_batch_size})"
+    )
+    term.table(
+        ("batch", "status", "median ms", "samples/s", "peak CPU MB", "peak GPU MB", ""),
+        rows,
+        title=title,
+        justify=("right", "left", "right", "right", "right", "right", "left"),
+    )

@@ -19,12 +19,13 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
+from ..harness.metrics import quantities
 from ..results.schema import RunRecord
 from ..stats.ratios import RatioRow, geomean_by, ratio_rows
-from ..harness.metrics import quantities
 from .matching import CompareError, Unmatched, config_key, config_label, match_runs, run_values, time_verdict
 
 __all__ = [
@@ -37,10 +38,10 @@ __all__ = [
 ]
 
 
-
 def ratio_metrics() -> dict[str, str]:
     """Compared metric (a key of :func:`run_values`: the registry's ratio keys) -> its title in tables and charts."""
     return {q.ratio_key: q.title or q.name for q in quantities() if q.ratio_key}
+
 
 FAIL_ACCURACY = "fail_accuracy"
 
@@ -60,7 +61,9 @@ class BackendRow:
     compile_s: float | None = None  # the candidate's compile time, from metrics["compile"]
     graph_breaks: int | None = None
     accuracy: str | None = None  # the candidate's accuracy status when checked
-    verdict: str | None = None  # candidate time "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
+    verdict: str | None = (
+        None  # candidate time "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
+    )
 
     @property
     def failed_accuracy(self) -> bool:
@@ -162,27 +165,35 @@ def compare_backends(
     """
     if baseline == candidate:
         raise CompareError(f"baseline and candidate are both {baseline!r}; name two different backends or files")
-    matching = match_runs(baseline_runs, candidate_runs, key=lambda r: config_key(r, without="backend"),
-                          label=lambda r: config_label(r, without="backend"), base_label=baseline, new_label=candidate)
+    matching = match_runs(
+        baseline_runs,
+        candidate_runs,
+        key=lambda r: config_key(r, without="backend"),
+        label=lambda r: config_label(r, without="backend"),
+        base_label=baseline,
+        new_label=candidate,
+    )
     values = {k: (run_values(b), run_values(c)) for k, b, c in matching.pairs}
     ratio_by_key = {row.key: row.ratios for row in ratio_rows(values, list(ratio_metrics()))}
     rows: list[BackendRow] = []
     for k, b, c in matching.pairs:
         compile_info = c.metrics.get("compile") if isinstance(c.metrics.get("compile"), dict) else {}
-        rows.append(BackendRow(
-            model=b.config.model,
-            mode=b.config.mode,
-            device=b.config.device,
-            precision=b.config.precision,
-            batch_size=b.batch_size if b.batch_size is not None else c.batch_size,
-            baseline=values[k][0],
-            candidate=values[k][1],
-            ratios=dict(ratio_by_key[k]),
-            compile_s=compile_info.get("compile_s"),
-            graph_breaks=compile_info.get("graph_breaks"),
-            accuracy=_accuracy(c),
-            verdict=time_verdict(b, c),
-        ))
+        rows.append(
+            BackendRow(
+                model=b.config.model,
+                mode=b.config.mode,
+                device=b.config.device,
+                precision=b.config.precision,
+                batch_size=b.batch_size if b.batch_size is not None else c.batch_size,
+                baseline=values[k][0],
+                candidate=values[k][1],
+                ratios=dict(ratio_by_key[k]),
+                compile_s=compile_info.get("compile_s"),
+                graph_breaks=compile_info.get("graph_breaks"),
+                accuracy=_accuracy(c),
+                verdict=time_verdict(b, c),
+            )
+        )
     return BackendComparison(
         baseline=baseline,
         candidate=candidate,
@@ -193,8 +204,11 @@ def compare_backends(
 
 
 def _geomeans(rows: Sequence[BackendRow]) -> dict[str, dict[str, dict[str, Any]]]:
-    counted = [RatioRow(key=(r.model, r.mode), base=r.baseline, new=r.candidate, ratios=r.ratios)
-               for r in rows if not r.failed_accuracy]
+    counted = [
+        RatioRow(key=(r.model, r.mode), base=r.baseline, new=r.candidate, ratios=r.ratios)
+        for r in rows
+        if not r.failed_accuracy
+    ]
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for metric in ratio_metrics():
         for mode, (g, n) in geomean_by(counted, metric, group=lambda k: k[1]).items():

@@ -10,7 +10,7 @@ Pure: no torch, no I/O.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 from ..results.schema import RunConfig, RunRecord
 

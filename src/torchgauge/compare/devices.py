@@ -11,8 +11,9 @@ failed on one side, different batch sizes).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ..results.schema import ResultsFile, RunRecord
 from ..stats.ratios import DEFAULT_TIE_BAND, count_wins, geomean_by, ratio_rows
@@ -35,7 +36,9 @@ class DeviceRow:
     a_ms: float | None  # median step time on side A
     b_ms: float | None
     ratio: float | None  # a_ms / b_ms: < 1 means A is faster
-    verdict: str | None = None  # A against B: "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
+    verdict: str | None = (
+        None  # A against B: "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,8 +105,14 @@ def compare_devices(
     """
     a_runs = a.runs if isinstance(a, ResultsFile) else list(a)
     b_runs = b.runs if isinstance(b, ResultsFile) else list(b)
-    matching = match_runs(a_runs, b_runs, key=lambda r: config_key(r, without="device"),
-                          label=lambda r: config_label(r, without="device"), base_label=a_label, new_label=b_label)
+    matching = match_runs(
+        a_runs,
+        b_runs,
+        key=lambda r: config_key(r, without="device"),
+        label=lambda r: config_label(r, without="device"),
+        base_label=a_label,
+        new_label=b_label,
+    )
     # ratio_rows gives new / base; A / B is wanted, so B is the base.
     times = {k: ({"time": run_values(rb)["time"]}, {"time": run_values(ra)["time"]}) for k, ra, rb in matching.pairs}
     ratios = {row.key: row for row in ratio_rows(times, ["time"])}
@@ -123,8 +132,10 @@ def compare_devices(
         )
         for k, ra, rb in matching.pairs
     ]
-    geomeans = {mode: {"geomean": g, "n": n}
-                for mode, (g, n) in geomean_by(ratios.values(), "time", group=lambda k: k[1]).items()}
+    geomeans = {
+        mode: {"geomean": g, "n": n}
+        for mode, (g, n) in geomean_by(ratios.values(), "time", group=lambda k: k[1]).items()
+    }
     wins: dict[str, dict[str, int]] = {}
     for mode in geomeans:
         # count_wins: "new" (the numerator, A) wins below 1, "base" (B) above.

@@ -20,8 +20,8 @@ the baseline is any backend (eager by default) and each side is its own isolated
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..results.schema import RunConfig, RunRecord
 from .matching import USABLE_STATUSES, config_key, run_values
@@ -116,17 +116,19 @@ def dynamo_performance_rows(
             rows.append(_failed(cand))
             continue
         eager_gb, dynamo_gb = _peak_gb(base), _peak_gb(cand)
-        rows.append(DynamoPerfRow(
-            dev=cand.config.device.split(":")[0],
-            name=cand.config.model,
-            batch_size=int(cand.batch_size or base.batch_size or 0),
-            speedup=float(base_ms) / float(cand_ms),
-            abs_latency=float(cand_ms),
-            compilation_latency=_compilation_latency(base, cand),
-            compression_ratio=eager_gb / dynamo_gb if dynamo_gb else 0.0,
-            eager_peak_mem=eager_gb,
-            dynamo_peak_mem=dynamo_gb,
-        ))
+        rows.append(
+            DynamoPerfRow(
+                dev=cand.config.device.split(":")[0],
+                name=cand.config.model,
+                batch_size=int(cand.batch_size or base.batch_size or 0),
+                speedup=float(base_ms) / float(cand_ms),
+                abs_latency=float(cand_ms),
+                compilation_latency=_compilation_latency(base, cand),
+                compression_ratio=eager_gb / dynamo_gb if dynamo_gb else 0.0,
+                eager_peak_mem=eager_gb,
+                dynamo_peak_mem=dynamo_gb,
+            )
+        )
     return by_mode
 
 

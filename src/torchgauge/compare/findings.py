@@ -14,8 +14,16 @@ from ..results.schema import RunConfig
 from ..stats.compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_THRESHOLD
 from .matching import Unmatched
 
-__all__ = ["EXIT_INCONCLUSIVE", "EXIT_REGRESSION", "FINDING_KEYS", "Comparison", "Finding", "StatusChange",
-           "exit_code", "parse_threshold"]
+__all__ = [
+    "EXIT_INCONCLUSIVE",
+    "EXIT_REGRESSION",
+    "FINDING_KEYS",
+    "Comparison",
+    "Finding",
+    "StatusChange",
+    "exit_code",
+    "parse_threshold",
+]
 
 # The JSON keys of a finding, in order (docs/regression-detection.md; CI scripts rely on them).
 FINDING_KEYS = ("model", "mode", "device", "precision", "backend", "metric", "base", "new", "change", "p_value")
@@ -27,7 +35,7 @@ EXIT_REGRESSION = 1
 EXIT_INCONCLUSIVE = 3
 
 
-def exit_code(cmp: "Comparison", *, allow_inconclusive: bool = False) -> int:
+def exit_code(cmp: Comparison, *, allow_inconclusive: bool = False) -> int:
     """0, :data:`EXIT_REGRESSION` or :data:`EXIT_INCONCLUSIVE` (a regression takes precedence)."""
     if cmp.regressions or cmp.new_failures:
         return EXIT_REGRESSION
@@ -79,8 +87,23 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         """JSON entry: exactly :data:`FINDING_KEYS` first, then extras."""
         c = self.config
-        doc: dict[str, Any] = dict(zip(FINDING_KEYS, (c.model, c.mode, c.device, c.precision, c.backend, self.metric,
-                                                      self.base, self.new, self.change, self.p_value)))
+        doc: dict[str, Any] = dict(
+            zip(
+                FINDING_KEYS,
+                (
+                    c.model,
+                    c.mode,
+                    c.device,
+                    c.precision,
+                    c.backend,
+                    self.metric,
+                    self.base,
+                    self.new,
+                    self.change,
+                    self.p_value,
+                ),
+            )
+        )
         doc.update(batch_size=c.batch_size, verdict=self.verdict, n_base=self.n_base, n_new=self.n_new)
         if self.detail:
             doc["detail"] = self.detail
@@ -98,9 +121,17 @@ class StatusChange:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config
-        return {"model": c.model, "mode": c.mode, "device": c.device, "precision": c.precision, "backend": c.backend,
-                "batch_size": c.batch_size, "base_status": self.base_status, "new_status": self.new_status,
-                "error": self.error}
+        return {
+            "model": c.model,
+            "mode": c.mode,
+            "device": c.device,
+            "precision": c.precision,
+            "backend": c.backend,
+            "batch_size": c.batch_size,
+            "base_status": self.base_status,
+            "new_status": self.new_status,
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -139,7 +170,9 @@ class Comparison:
     @property
     def compared(self) -> int:
         """Number of configurations with at least one judged metric."""
-        return len({f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive)})
+        return len(
+            {f.config.key() for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive)}
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

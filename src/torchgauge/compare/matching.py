@@ -11,8 +11,9 @@ differ are reported as unmatched.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 from ..harness.metrics import quantities
 from ..results.schema import RunConfig, RunRecord
@@ -172,16 +173,26 @@ def _groups(records: Iterable[RunRecord], key: Callable[[RunRecord], Hashable]) 
     return out
 
 
-def _missing(present: RunRecord, cfg: str, absent_side: str, present_side: str,
-             near: dict[tuple[str, str], list[str]]) -> Unmatched:
+def _missing(
+    present: RunRecord, cfg: str, absent_side: str, present_side: str, near: dict[tuple[str, str], list[str]]
+) -> Unmatched:
     detail = f"missing in {absent_side}"
     others = near.get((present.config.model, present.config.mode))
     if others:  # the same model and mode in another configuration (e.g. another batch size)
         detail += f" (it has {', '.join(others)})"
     if present.status not in USABLE_STATUSES:  # say so: it would not have compared anyway
-        detail += f"; {present.status} in {present_side}" + (f" ({_error_line(present.error)})" if present.error else "")
-    return Unmatched(present.config.model, present.config.mode, cfg, "missing", detail, side=absent_side,
-                     status=None if present.status in USABLE_STATUSES else present.status)
+        detail += f"; {present.status} in {present_side}" + (
+            f" ({_error_line(present.error)})" if present.error else ""
+        )
+    return Unmatched(
+        present.config.model,
+        present.config.mode,
+        cfg,
+        "missing",
+        detail,
+        side=absent_side,
+        status=None if present.status in USABLE_STATUSES else present.status,
+    )
 
 
 def _by_model_mode(records: Iterable[RunRecord], label: Callable[[RunRecord], str]) -> dict[tuple[str, str], list[str]]:
@@ -201,11 +212,17 @@ def _not_comparable(b: RunRecord, n: RunRecord, cfg: str, base_label: str, new_l
     if bad:
         side = bad[0][0] if len(bad) == 1 else None
         detail = "; ".join(f"{s}: {r.status}" + (f" ({_error_line(r.error)})" if r.error else "") for s, r in bad)
-        return Unmatched(b.config.model, b.config.mode, cfg, "failed", f"failed in {detail}", side=side,
-                         status=bad[0][1].status)
+        return Unmatched(
+            b.config.model, b.config.mode, cfg, "failed", f"failed in {detail}", side=side, status=bad[0][1].status
+        )
     if b.batch_size is not None and n.batch_size is not None and b.batch_size != n.batch_size:
-        return Unmatched(b.config.model, b.config.mode, cfg, "batch_mismatch",
-                         f"batch sizes differ: {b.batch_size} in {base_label}, {n.batch_size} in {new_label}")
+        return Unmatched(
+            b.config.model,
+            b.config.mode,
+            cfg,
+            "batch_mismatch",
+            f"batch sizes differ: {b.batch_size} in {base_label}, {n.batch_size} in {new_label}",
+        )
     return None
 
 
@@ -240,8 +257,11 @@ def match_groups(
     for k, brecs in bg.items():
         b = representative(brecs)
         nrecs = ng.get(k, [])
-        why = (_not_comparable(b, representative(nrecs), label(b), base_label, new_label) if nrecs
-               else _missing(b, label(b), new_label, base_label, near_new))
+        why = (
+            _not_comparable(b, representative(nrecs), label(b), base_label, new_label)
+            if nrecs
+            else _missing(b, label(b), new_label, base_label, near_new)
+        )
         out.append(GroupPair(k, tuple(brecs), tuple(nrecs), why))
     for k, nrecs in ng.items():
         if k not in bg:
@@ -267,8 +287,12 @@ def match_runs(
     for side, records in ((base_label, base), (new_label, new)):
         for group in _groups(records, key).values():
             if len(group) > 1:
-                raise CompareError(f"{side} has more than one run of {label(group[0])}; "
-                                   "compare result sets with one run per configuration")
+                raise CompareError(
+                    f"{side} has more than one run of {label(group[0])}; "
+                    "compare result sets with one run per configuration"
+                )
     groups = match_groups(base, new, key=key, label=label, base_label=base_label, new_label=new_label)
-    return Matching(pairs=[(g.key, g.base[0], g.new[0]) for g in groups if g.unmatched is None],
-                    unmatched=[g.unmatched for g in groups if g.unmatched is not None])
+    return Matching(
+        pairs=[(g.key, g.base[0], g.new[0]) for g in groups if g.unmatched is None],
+        unmatched=[g.unmatched for g in groups if g.unmatched is not None],
+    )

@@ -30,8 +30,9 @@ Pure judging: no I/O, no measuring. ``bisect`` calls :func:`compare_results` too
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from ..harness.metrics import Quantity, quantities, quantity
 from ..results.schema import ResultsFile, RunConfig, RunRecord
@@ -134,8 +135,18 @@ def _from_change(config: RunConfig, metric: str, change: Change, detail: dict[st
     detail = dict(detail or {})
     if change.reason:
         detail["reason"] = change.reason
-    return Finding(config, metric, change.base, change.new, change.change, change.p_value, change.verdict,
-                   change.n_base, change.n_new, detail)
+    return Finding(
+        config,
+        metric,
+        change.base,
+        change.new,
+        change.change,
+        change.p_value,
+        change.verdict,
+        change.n_base,
+        change.n_new,
+        detail,
+    )
 
 
 def _status_change(pair: GroupPair) -> StatusChange | None:
@@ -215,8 +226,9 @@ def compare_results(
             path = (*q.samples[:-1], TIME_SIGNALS[time_signal])
             bt, nt = _sample_groups(pair.base, path), _sample_groups(pair.new, path)
             if bt and nt:
-                change = compare_samples(pooled_or_group_medians(bt), pooled_or_group_medians(nt),
-                                         threshold=threshold, alpha=alpha)
+                change = compare_samples(
+                    pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha
+                )
                 timed.append((cfg, q.record_key, change))
         for q in untested:
             others.extend(_judge_untested(q, cfg, pair, threshold, count_threshold, memory_min_delta_mb))
@@ -244,8 +256,14 @@ def compare_results(
     )
 
 
-def _judge_untested(q: Quantity, cfg: RunConfig, pair: GroupPair, threshold: float, count_threshold: float | None,
-                    memory_min_delta_mb: float) -> list[Finding]:
+def _judge_untested(
+    q: Quantity,
+    cfg: RunConfig,
+    pair: GroupPair,
+    threshold: float,
+    count_threshold: float | None,
+    memory_min_delta_mb: float,
+) -> list[Finding]:
     """The findings of one quantity judged without a rank test (its rule: memory, flag or exact)."""
     if q.rule == "flag":
         return _flag_findings(q, cfg, pair.base, pair.new)
@@ -286,6 +304,7 @@ def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: f
 
 def _flag_findings(q: Quantity, cfg: RunConfig, base: Sequence[RunRecord], new: Sequence[RunRecord]) -> list[Finding]:
     """A flag (``metrics[record]["leaking"]``) turning on or off; base/new are the largest values (growth)."""
+
     def state(records: Sequence[RunRecord]) -> tuple[bool, float | None] | None:
         flags = [r.metrics.get(q.record_key) for r in records if isinstance(r.metrics.get(q.record_key), dict)]
         if not flags:
@@ -297,5 +316,6 @@ def _flag_findings(q: Quantity, cfg: RunConfig, base: Sequence[RunRecord], new: 
     if b is None or n is None:
         return []
     verdict = "regression" if n[0] and not b[0] else "improvement" if b[0] and not n[0] else "unchanged"
-    return [Finding(cfg, q.record_key, b[1], n[1], None, None, verdict,
-                    detail={"base_leaking": b[0], "new_leaking": n[0]})]
+    return [
+        Finding(cfg, q.record_key, b[1], n[1], None, None, verdict, detail={"base_leaking": b[0], "new_leaking": n[0]})
+    ]

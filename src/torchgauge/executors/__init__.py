@@ -10,7 +10,8 @@ file and the history are written as runs finish, wherever they ran.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from ..results.schema import RunConfig, RunRecord
 from ..runner import RunnerOptions

@@ -13,8 +13,8 @@ import fcntl
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["CORE_LOCK_DIR_ENV", "CoresUnavailable", "claim_cores"]
 
@@ -57,8 +57,9 @@ def claim_cores(count: int, *, timeout_s: float) -> Iterator[tuple[int, ...]]:
     """
     allowed = sorted(os.sched_getaffinity(0))
     if not 1 <= count <= len(allowed):
-        raise CoresUnavailable(f"cannot claim {count} cores; this machine offers {len(allowed)} "
-                               f"(accepted: 1..{len(allowed)})")
+        raise CoresUnavailable(
+            f"cannot claim {count} cores; this machine offers {len(allowed)} (accepted: 1..{len(allowed)})"
+        )
     lock_dir = _lock_dir()
     deadline = time.monotonic() + timeout_s
     while True:
@@ -74,8 +75,9 @@ def claim_cores(count: int, *, timeout_s: float) -> Iterator[tuple[int, ...]]:
         # All or nothing: two runs each holding part of what they need would wait forever.
         _release(held)
         if time.monotonic() > deadline:
-            raise CoresUnavailable(f"waited {timeout_s:g} s for {count} free cores of {len(allowed)}; "
-                                   f"at most {len(held)} were free")
+            raise CoresUnavailable(
+                f"waited {timeout_s:g} s for {count} free cores of {len(allowed)}; at most {len(held)} were free"
+            )
         time.sleep(CLAIM_POLL_S)
     try:
         yield tuple(sorted(held))

@@ -27,11 +27,12 @@ import dataclasses
 import functools
 import socket
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from ..results.schema import RunConfig, RunRecord
 from ..registry import model_domain
+from ..results.schema import RunConfig, RunRecord
 from ..runner import RunnerOptions, run_suite
 
 __all__ = ["ATTEMPTS_PER_RUN", "ClusterError", "ClusterNode", "RayExecutor", "RayOptions", "choose_hardware"]
@@ -115,7 +116,10 @@ def _run_on_node(config: RunConfig, options: RunnerOptions, cpus: int) -> dict[s
     try:
         with claim_cores(cpus, timeout_s=options.timeout_s) as cores:
             pinned = dataclasses.replace(
-                options, jobs=1, threads_per_worker=cpus, cpu_affinity=cores,
+                options,
+                jobs=1,
+                threads_per_worker=cpus,
+                cpu_affinity=cores,
                 worker_env=options.worker_env + ((("CUDA_VISIBLE_DEVICES", ",".join(gpu_ids)),) if gpu_ids else ()),
             )
             [record] = run_suite([config], pinned)
@@ -125,7 +129,9 @@ def _run_on_node(config: RunConfig, options: RunnerOptions, cpus: int) -> dict[s
     return record.to_dict()
 
 
-def choose_hardware(nodes: Sequence[ClusterNode], *, gpu: bool, mix_hardware: bool) -> tuple[list[ClusterNode], str | None]:
+def choose_hardware(
+    nodes: Sequence[ClusterNode], *, gpu: bool, mix_hardware: bool
+) -> tuple[list[ClusterNode], str | None]:
     """The nodes a suite may use, and a note when some were left out.
 
     Nodes are grouped by machine fingerprint; unless ``mix_hardware``, only the group with
@@ -141,9 +147,13 @@ def choose_hardware(nodes: Sequence[ClusterNode], *, gpu: bool, mix_hardware: bo
         return sum(n.gpus if gpu else n.cpus for n in groups[fingerprint])
 
     chosen = max(groups, key=capacity)
-    others = "; ".join(f"{fp} ({', '.join(sorted({n.hostname for n in ns}))})" for fp, ns in groups.items() if fp != chosen)
-    note = (f"the cluster holds {len(groups)} kinds of hardware; running on fingerprint {chosen} "
-            f"({len(groups[chosen])} node(s)) and leaving out {others}; --mix-hardware uses all")
+    others = "; ".join(
+        f"{fp} ({', '.join(sorted({n.hostname for n in ns}))})" for fp, ns in groups.items() if fp != chosen
+    )
+    note = (
+        f"the cluster holds {len(groups)} kinds of hardware; running on fingerprint {chosen} "
+        f"({len(groups[chosen])} node(s)) and leaving out {others}; --mix-hardware uses all"
+    )
     return groups[chosen], note
 
 
@@ -155,8 +165,10 @@ def _check_reachable(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise ClusterError(f"cannot connect to the Ray cluster at {address}: {exc.strerror or exc}; "
-                           "accepted: the head's host:port (ray start --head prints it)") from None
+        raise ClusterError(
+            f"cannot connect to the Ray cluster at {address}: {exc.strerror or exc}; "
+            "accepted: the head's host:port (ray start --head prints it)"
+        ) from None
 
 
 def _needs_gpu(config: RunConfig) -> bool:
@@ -196,8 +208,9 @@ class RayExecutor:
         try:
             ray.init(address=self.options.address, logging_level="ERROR", log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ClusterError(f"cannot connect to the Ray cluster at {self.options.address or '$RAY_ADDRESS'}: "
-                               f"{_first_line(exc)}") from None
+            raise ClusterError(
+                f"cannot connect to the Ray cluster at {self.options.address or '$RAY_ADDRESS'}: {_first_line(exc)}"
+            ) from None
         self._connected_here = True
 
     @staticmethod
@@ -208,8 +221,9 @@ class RayExecutor:
         for n in ray.nodes():
             if n.get("Alive"):
                 res = n.get("Resources", {})
-                nodes[n["NodeID"]] = ClusterNode(n["NodeID"], n.get("NodeManagerHostname", "?"),
-                                                 res.get("CPU", 0.0), res.get("GPU", 0.0))
+                nodes[n["NodeID"]] = ClusterNode(
+                    n["NodeID"], n.get("NodeManagerHostname", "?"), res.get("CPU", 0.0), res.get("GPU", 0.0)
+                )
         return nodes
 
     def _fits(self, node: ClusterNode, gpu: bool) -> bool:
@@ -224,8 +238,9 @@ class RayExecutor:
         if not usable:
             need = f"{self.options.cpus_per_run} CPU(s)" + (" and a GPU" if gpu else "")
             raise ClusterError(f"no node of the Ray cluster offers {need} per run")
-        probes = {i: ray.remote(_probe_node).options(num_cpus=0, label_selector={_NODE_ID_LABEL: i}).remote()
-                  for i in usable}
+        probes = {
+            i: ray.remote(_probe_node).options(num_cpus=0, label_selector={_NODE_ID_LABEL: i}).remote() for i in usable
+        }
         for node_id, ref in probes.items():
             usable[node_id].env = ray.get(ref)
         chosen, note = choose_hardware(list(usable.values()), gpu=gpu, mix_hardware=self.options.mix_hardware)
@@ -270,8 +285,10 @@ class RayExecutor:
         configs = list(configs)
         stray = sorted({c.device for c in configs} - {self.options.device})
         if stray:
-            raise ClusterError(f"runs on {', '.join(stray)} in a suite for {self.options.device}; the ray executor "
-                               "assigns GPUs itself: give RayOptions(device=...) the suite's device, cpu or cuda")
+            raise ClusterError(
+                f"runs on {', '.join(stray)} in a suite for {self.options.device}; the ray executor "
+                "assigns GPUs itself: give RayOptions(device=...) the suite's device, cpu or cuda"
+            )
         if self._nodes is None:
             self._nodes = self._choose_nodes(gpu=self.options.device == "cuda")
         nodes = self._nodes
@@ -285,9 +302,17 @@ class RayExecutor:
             if attempt.number > 1:  # a retry: only to the nodes still alive
                 alive[:] = [i for i in self._alive_nodes() if i in nodes]
             if not alive:
-                finish(attempt, RunRecord(attempt.config, "error", error=(
-                    f"lost on the Ray cluster: {attempt.earlier_failure}; "
-                    "no node of the chosen hardware is left to retry on")))
+                finish(
+                    attempt,
+                    RunRecord(
+                        attempt.config,
+                        "error",
+                        error=(
+                            f"lost on the Ray cluster: {attempt.earlier_failure}; "
+                            "no node of the chosen hardware is left to retry on"
+                        ),
+                    ),
+                )
                 return
             ref = task.options(
                 num_cpus=self.options.cpus_per_run,
@@ -300,7 +325,11 @@ class RayExecutor:
 
         def finish(attempt: _Attempt, record: RunRecord) -> None:
             if attempt.earlier_failure and record.env is not None:
-                record.env = {**record.env, "ray_attempt": attempt.number, "ray_earlier_failure": attempt.earlier_failure}
+                record.env = {
+                    **record.env,
+                    "ray_attempt": attempt.number,
+                    "ray_earlier_failure": attempt.earlier_failure,
+                }
             if not record.domain:
                 record.domain = model_domain(record.config.model)  # a record made here, not on a node
             done[attempt.index] = record
@@ -312,7 +341,9 @@ class RayExecutor:
             if attempt.earlier_failure:
                 reason = f"{attempt.earlier_failure}; {reason}"
             if attempt.number < ATTEMPTS_PER_RUN:
-                self.on_note(f"{attempt.config.model} {attempt.config.mode}: {_first_line(exc)}; retrying on another node")
+                self.on_note(
+                    f"{attempt.config.model} {attempt.config.mode}: {_first_line(exc)}; retrying on another node"
+                )
                 submit(_Attempt(attempt.index, attempt.config, attempt.number + 1, reason))
             else:
                 finish(attempt, RunRecord(attempt.config, "error", error=f"lost on the Ray cluster: {reason}"))
@@ -329,8 +360,14 @@ class RayExecutor:
                     for ref, attempt in list(pending.items()):
                         del pending[ref]
                         ray.cancel(ref, force=True)
-                        finish(attempt, RunRecord(attempt.config, "error", error=(
-                            "every node of the chosen hardware left the Ray cluster before this run ended")))
+                        finish(
+                            attempt,
+                            RunRecord(
+                                attempt.config,
+                                "error",
+                                error=("every node of the chosen hardware left the Ray cluster before this run ended"),
+                            ),
+                        )
                 for ref in ready:
                     attempt = pending.pop(ref)
                     try:
@@ -344,4 +381,3 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             raise
         return [done[i] for i in sorted(done)]
-

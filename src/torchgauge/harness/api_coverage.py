@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @register_metric("coverage", "PyTorch APIs (TorchFunctionMode) and ATen ops (TorchDispatchMode) one step reaches")
-def collect_coverage(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+def collect_coverage(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """One step under the recorders; the sets go into ``metrics["coverage"]``."""
     from .api_recorders import api_universe, module_classes, record_coverage
 

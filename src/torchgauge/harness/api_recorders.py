@@ -18,17 +18,16 @@ torch 2.13).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-
 if TYPE_CHECKING:  # pragma: no cover
-    from ..results.schema import RunConfig
-    from ..workload import Workload
+    pass
 
 __all__ = ["APIRecorder", "OpRecorder", "api_universe", "api_name", "op_name", "module_classes", "record_coverage"]
 

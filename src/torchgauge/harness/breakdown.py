@@ -18,7 +18,8 @@ collector imports the profiler lazily and runs in its own pass after timing.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .events import ProfileTrace, TraceEvent
 from .kernel_types import KERNEL_TYPES, kernel_type
@@ -118,8 +119,9 @@ def _result(kind: str, trace: ProfileTrace, window: Interval, parts: dict[str, f
     }
 
 
-def cuda_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
-                   events: Sequence[TraceEvent] | None = None) -> dict[str, Any]:
+def cuda_breakdown(
+    trace: ProfileTrace, window: Interval | None = None, *, events: Sequence[TraceEvent] | None = None
+) -> dict[str, Any]:
     """Device active / data movement (per direction) / idle over the steps' window.
 
     Also ``kernel_types``: the fraction of the window covered by each kind of device work
@@ -135,7 +137,9 @@ def cuda_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
     parts: dict[str, float] = {"active": total(active)}
     moved_bytes: dict[str, int] = {}
     for direction in DIRECTION_PRIORITY:
-        copies = [e for e in device_events if e.category in ("memcpy", "memset") and (e.direction or "d2d") == direction]
+        copies = [
+            e for e in device_events if e.category in ("memcpy", "memset") and (e.direction or "d2d") == direction
+        ]
         covered = union(clip(_spans(copies), window))
         charged = [iv for iv in _intersect(covered, remaining)]
         parts[f"data_movement_{direction}"] = total(charged)
@@ -149,8 +153,17 @@ def cuda_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
         if kind in by_type:
             by_type[kind].append((e.start_us, e.end_us))
     shares = {t: total(union(clip(ivs, window))) / span if span > 0 else 0.0 for t, ivs in by_type.items()}
-    return _result("cuda", trace, window, parts, {"bytes": moved_bytes, "kernel_types": shares, "kernels": sum(
-        1 for e in device_events if e.category == "kernel" and window[0] <= e.start_us < window[1])})
+    return _result(
+        "cuda",
+        trace,
+        window,
+        parts,
+        {
+            "bytes": moved_bytes,
+            "kernel_types": shares,
+            "kernels": sum(1 for e in device_events if e.category == "kernel" and window[0] <= e.start_us < window[1]),
+        },
+    )
 
 
 def _intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
@@ -164,8 +177,9 @@ def is_aten_op(event: TraceEvent) -> bool:
     return event.category == "cpu_op" and "::" in event.name and not event.name.startswith(_NON_ATEN_NAMESPACES)
 
 
-def cpu_breakdown(trace: ProfileTrace, window: Interval | None = None, *,
-                  events: Sequence[TraceEvent] | None = None) -> dict[str, Any]:
+def cpu_breakdown(
+    trace: ProfileTrace, window: Interval | None = None, *, events: Sequence[TraceEvent] | None = None
+) -> dict[str, Any]:
     """Time inside ATen operators vs framework/Python overhead between them (``window`` and
     ``events`` as in :func:`cuda_breakdown`)."""
     window = window if window is not None else trace.window()
@@ -192,7 +206,7 @@ def step_breakdowns(trace: ProfileTrace) -> list[dict[str, Any]]:
     out = []
     for lo, hi in step_windows(trace):
         # Only events starting less than the longest duration before the window can reach into it.
-        nearby = pool[bisect_left(starts, lo - longest):bisect_left(starts, hi)]
+        nearby = pool[bisect_left(starts, lo - longest) : bisect_left(starts, hi)]
         out.append({**fn(trace, (lo, hi), events=nearby), "steps": 1})
     return out
 
@@ -206,7 +220,7 @@ def step_windows(trace: ProfileTrace) -> list[Interval]:
 
 
 @register_metric("breakdown", "profiled pass: GPU active / data movement / idle (CPU: ATen vs overhead)")
-def collect_breakdown(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+def collect_breakdown(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """Profile PROFILE_STEPS steps (no Python stacks, to keep the tracer's cost out of the
     gaps) and, when ``config.options.profile_dir`` is set, a second pass exported as a Chrome trace
     with shapes and stacks."""

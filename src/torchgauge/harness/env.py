@@ -55,8 +55,18 @@ def _gpu_info(torch: Any) -> dict[str, Any]:
 # build, oneDNN). Not the hostname: hosted CI runners get a new one every night while the
 # hardware stays, and two hosts of one hardware type measure alike. Not the torch version:
 # comparing torch builds on one hardware is the point of a comparison.
-FINGERPRINT_KEYS = ("cpu_model", "cpu_count", "memory_gib", "gpu_name", "gpu_count", "gpu_driver", "cuda_version",
-                    "hip_version", "torch_debug", "mkldnn")
+FINGERPRINT_KEYS = (
+    "cpu_model",
+    "cpu_count",
+    "memory_gib",
+    "gpu_name",
+    "gpu_count",
+    "gpu_driver",
+    "cuda_version",
+    "hip_version",
+    "torch_debug",
+    "mkldnn",
+)
 
 
 def machine_fingerprint(env: dict[str, Any]) -> str:
@@ -71,8 +81,11 @@ def describe_hardware(env: dict[str, Any]) -> str:
     if not env.get("cpu_model"):  # an environment recorded without hardware fields
         return f"machine {env.get('machine_fingerprint') or 'unknown'}"
     gpu = env.get("gpu_name")
-    gpus = (f"{env.get('gpu_count') or 1}x {gpu}" + (f" (driver {env['gpu_driver']})" if env.get("gpu_driver") else "")
-            if gpu else "no GPU")
+    gpus = (
+        f"{env.get('gpu_count') or 1}x {gpu}" + (f" (driver {env['gpu_driver']})" if env.get("gpu_driver") else "")
+        if gpu
+        else "no GPU"
+    )
     memory = f"{env['memory_gib']:g} GiB" if isinstance(env.get("memory_gib"), (int, float)) else "memory unknown"
     return f"{env.get('cpu_model') or 'unknown CPU'}, {env.get('cpu_count')} CPUs, {memory}, {gpus}"
 

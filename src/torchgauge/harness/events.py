@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "CATEGORIES",
@@ -37,11 +38,25 @@ DEVICE_CATEGORIES = frozenset({"kernel", "memcpy", "memset"})
 # Step annotations: torch.profiler's "ProfilerStep#3" and torchgauge's own "torchgauge.step#3".
 STEP_NAME_RE = re.compile(r"^(?:ProfilerStep|torchgauge\.step)\s*#\s*(\d+)$")
 # Host runtime calls that block until the device has caught up (CUDA and HIP spellings).
-SYNC_RUNTIME_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
-})
+SYNC_RUNTIME_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpyFromSymbol",
+        "cudaMemcpyToSymbol",
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
 # Memcpy directions; memsets are device-side writes and count as "d2d".
 DIRECTIONS = ("h2d", "d2h", "d2d", "h2h")
 
@@ -107,15 +122,27 @@ class ProfileTrace:
         return [e for e in self.events if e.step is not None and (wanted is None or e.category in wanted)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "device": self.device, "steps": [list(s) for s in self.steps],
-                "trace_path": self.trace_path, "events": [asdict(e) for e in self.events]}
+        return {
+            "kind": self.kind,
+            "device": self.device,
+            "steps": [list(s) for s in self.steps],
+            "trace_path": self.trace_path,
+            "events": [asdict(e) for e in self.events],
+        }
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> "ProfileTrace":
-        events = [TraceEvent(**{**e, "stack": tuple(e.get("stack") or ()), "shapes": tuple(e.get("shapes") or ())})
-                  for e in doc.get("events", [])]
-        return cls(kind=doc["kind"], steps=[tuple(s) for s in doc["steps"]], events=events,
-                   device=doc.get("device", "cpu"), trace_path=doc.get("trace_path"))
+    def from_dict(cls, doc: Mapping[str, Any]) -> ProfileTrace:
+        events = [
+            TraceEvent(**{**e, "stack": tuple(e.get("stack") or ()), "shapes": tuple(e.get("shapes") or ())})
+            for e in doc.get("events", [])
+        ]
+        return cls(
+            kind=doc["kind"],
+            steps=[tuple(s) for s in doc["steps"]],
+            events=events,
+            device=doc.get("device", "cpu"),
+            trace_path=doc.get("trace_path"),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,8 +174,14 @@ def is_harness_file(file: str) -> bool:
 def is_framework_file(file: str) -> bool:
     """torch, Python's libraries or torchgauge's harness: code a finding never names."""
     f = file.replace("\\", "/")
-    return f.startswith(("torch/", "<")) or "/torch/" in f or "site-packages/" in f or "/lib/python" in f \
-        or f.startswith(("contextlib", "functools", "threading")) or is_harness_file(f)
+    return (
+        f.startswith(("torch/", "<"))
+        or "/torch/" in f
+        or "site-packages/" in f
+        or "/lib/python" in f
+        or f.startswith(("contextlib", "functools", "threading"))
+        or is_harness_file(f)
+    )
 
 
 def memcpy_direction(name: str) -> str | None:

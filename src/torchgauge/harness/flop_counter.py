@@ -39,7 +39,7 @@ class FlopCount(FlopCounterMode):
         self.forward = 0
         self.backward = 0
 
-    def __enter__(self) -> "FlopCount":
+    def __enter__(self) -> FlopCount:
         self.forward = self.backward = 0
         super().__enter__()
         return self

@@ -68,15 +68,25 @@ def flops_record(counter: FlopCount, median_ms: float | None, device: str, preci
 
 
 FLOPS_QUANTITIES = (
-    Quantity("flops", ("flops", "total"), "FLOP/iter", deterministic=True, threshold=COUNT_THRESHOLD, rule="exact",
-             title="FLOPs per step"),
+    Quantity(
+        "flops",
+        ("flops", "total"),
+        "FLOP/iter",
+        deterministic=True,
+        threshold=COUNT_THRESHOLD,
+        rule="exact",
+        title="FLOPs per step",
+    ),
     Quantity("tflops", ("flops", "tflops"), "TFLOP/s", better="higher", rule="none", title="achieved TFLOP/s"),
 )
 
 
-@register_metric("flops", "FLOPs per step (forward/backward, by operator), achieved TFLOP/s and fraction of peak",
-                 quantities=FLOPS_QUANTITIES)
-def collect_flops(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+@register_metric(
+    "flops",
+    "FLOPs per step (forward/backward, by operator), achieved TFLOP/s and fraction of peak",
+    quantities=FLOPS_QUANTITIES,
+)
+def collect_flops(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """One step under the FLOP counter; TFLOP/s from the timed median when present."""
     from .flop_counter import count_flops, device_name  # torch: only when the metric runs
 

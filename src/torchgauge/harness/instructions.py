@@ -41,8 +41,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..stats.deterministic import INSTRUCTIONS_THRESHOLD
 from .metrics import Quantity, register_metric
@@ -77,8 +78,9 @@ def find_valgrind() -> str:
 
     path = shutil.which("valgrind")
     if path is None:
-        raise UnsupportedError("instructions needs valgrind (callgrind) on PATH; "
-                               "install it, e.g. apt-get install valgrind")
+        raise UnsupportedError(
+            "instructions needs valgrind (callgrind) on PATH; install it, e.g. apt-get install valgrind"
+        )
     import torch
 
     if not torch._C._valgrind_supported_platform():
@@ -104,8 +106,9 @@ def parse_callgrind_total(text: str) -> int:
     return int(match.group(1))
 
 
-def callgrind_command(valgrind: str, out_file: str, python: str, child_args: Sequence[str], *,
-                      instrument_at_start: bool = True) -> list[str]:
+def callgrind_command(
+    valgrind: str, out_file: str, python: str, child_args: Sequence[str], *, instrument_at_start: bool = True
+) -> list[str]:
     """The valgrind command line: collection off until the child toggles it around steps.
 
     ``instrument_at_start=False`` also leaves callgrind's instrumentation off until the child
@@ -144,8 +147,9 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def count_instructions(config: "RunConfig", steps: Sequence[int] = (DEFAULT_INSTRUCTION_STEPS,),
-                       *, timeout_s: float = INSTRUCTIONS_TIMEOUT_S) -> list[int]:
+def count_instructions(
+    config: RunConfig, steps: Sequence[int] = (DEFAULT_INSTRUCTION_STEPS,), *, timeout_s: float = INSTRUCTIONS_TIMEOUT_S
+) -> list[int]:
     """Instructions executed by ``n`` steps of ``config``'s workload, for each ``n`` in ``steps``.
 
     One valgrind process serves every entry (its start-up is the expensive part), so
@@ -163,13 +167,14 @@ def count_instructions(config: "RunConfig", steps: Sequence[int] = (DEFAULT_INST
         UnsupportedError: valgrind missing, unsupported platform, or a non-CPU device.
         RuntimeError: the child failed or timed out (its last output lines in the message).
     """
+    from ..results.schema import RunRecord
     from ..workload import UnsupportedError  # workload imports torch; only on this path
 
-    from ..results.schema import RunRecord
-
     if config.device.split(":")[0] != "cpu":
-        raise UnsupportedError(f"instructions counts host instructions under valgrind; device {config.device!r} "
-                               "is not supported, accepted: cpu")
+        raise UnsupportedError(
+            f"instructions counts host instructions under valgrind; device {config.device!r} "
+            "is not supported, accepted: cpu"
+        )
     if not steps or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in steps):
         raise ValueError(f"steps must be a non-empty list of integers >= 1, got {list(steps)!r}")
     valgrind = find_valgrind()
@@ -236,8 +241,9 @@ def _instrumentation_on(control: str) -> None:
     """
     import time
 
-    proc = subprocess.Popen([control, "-i", "on", str(os.getpid())], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [control, "-i", "on", str(os.getpid())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + INSTRUMENTATION_ON_TIMEOUT_S
     while proc.poll() is None:
         sum(range(1000))  # guest code: lets valgrind poll its command file
@@ -249,11 +255,22 @@ def _instrumentation_on(control: str) -> None:
         raise RuntimeError(f"instructions: callgrind_control -i on failed: {output.strip()[-300:]}")
 
 
-@register_metric("instructions", "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)",
-                 quantities=[Quantity("instructions", ("instructions", "per_step"), "instructions/iter",
-                                      deterministic=True, threshold=INSTRUCTIONS_THRESHOLD, rule="exact",
-                                      title="CPU instructions per step")])
-def collect_instructions(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+@register_metric(
+    "instructions",
+    "CPU instructions per step under valgrind callgrind (deterministic; slow: subsets)",
+    quantities=[
+        Quantity(
+            "instructions",
+            ("instructions", "per_step"),
+            "instructions/iter",
+            deterministic=True,
+            threshold=INSTRUCTIONS_THRESHOLD,
+            rule="exact",
+            title="CPU instructions per step",
+        )
+    ],
+)
+def collect_instructions(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """Count ``instruction_steps`` steps of a fresh copy of this run under callgrind."""
     n = instruction_steps(config.options)
     (total,) = count_instructions(config, (n,))

@@ -62,7 +62,7 @@ class _Window:
             self.eof = True
             return False
         if self.pos > len(self.buf) // 2:  # drop what was consumed before growing
-            self.buf, self.pos = self.buf[self.pos:], 0
+            self.buf, self.pos = self.buf[self.pos :], 0
         self.buf += chunk
         return True
 
@@ -81,9 +81,11 @@ class _Window:
         c = self.peek()
         if c == "" or c not in chars:
             found = "the end of the file" if c == "" else repr(c)
-            raise TraceFormatError(f"{self.where}: expected one of {' '.join(repr(x) for x in chars)} "
-                                   f"but found {found}; accepted: Chrome trace JSON (an object with a "
-                                   "traceEvents array, or an array of events), optionally gzipped")
+            raise TraceFormatError(
+                f"{self.where}: expected one of {' '.join(repr(x) for x in chars)} "
+                f"but found {found}; accepted: Chrome trace JSON (an object with a "
+                "traceEvents array, or an array of events), optionally gzipped"
+            )
         self.pos += 1
         return c
 
@@ -96,16 +98,18 @@ class _Window:
             except json.JSONDecodeError as exc:
                 if self._fill():
                     continue  # the value runs past the window
-                raise TraceFormatError(f"{self.where}: invalid JSON ({exc.msg} at character "
-                                       f"{exc.pos}); the file may be cut short") from None
+                raise TraceFormatError(
+                    f"{self.where}: invalid JSON ({exc.msg} at character {exc.pos}); the file may be cut short"
+                ) from None
             if end == len(self.buf) and self._fill():
                 continue  # a number may go on past the window's end: decode it again
             self.pos = end
             return obj
 
 
-def iter_trace_json(fh: IO[str], on_metadata: Callable[[str, Any], None] | None = None,
-                    where: str = "trace") -> Iterator[dict]:
+def iter_trace_json(
+    fh: IO[str], on_metadata: Callable[[str, Any], None] | None = None, where: str = "trace"
+) -> Iterator[dict]:
     """Yield the trace's events (dicts) in file order.
 
     Args:

@@ -12,8 +12,9 @@ was never freed this way (sec. 4.2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..stats.leak import CPU_TOLERANCE_MB_PER_ITER, GPU_TOLERANCE_MB_PER_ITER, detect_leak
 from .memory import current_rss_mb
@@ -63,10 +64,15 @@ def sample_memory(step: Callable[[], Any], iterations: int, device: Any) -> Memo
     return MemorySeries(tuple(cpu), tuple(gpu) if on_cuda else None)
 
 
-@register_metric("leak", "CPU RSS / GPU allocated growth per iteration over N steps, and a leak flag", quantities=[
-    # judged by its flag (metrics["leak"]["leaking"]); the growth is the value shown and followed
-    Quantity("leak", ("leak", "cpu_growth_mb_per_iter"), "MiB/iter", rule="flag", title="CPU memory growth")])
-def collect_leak(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+@register_metric(
+    "leak",
+    "CPU RSS / GPU allocated growth per iteration over N steps, and a leak flag",
+    quantities=[
+        # judged by its flag (metrics["leak"]["leaking"]); the growth is the value shown and followed
+        Quantity("leak", ("leak", "cpu_growth_mb_per_iter"), "MiB/iter", rule="flag", title="CPU memory growth")
+    ],
+)
+def collect_leak(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """N extra steps; leaking when CPU or GPU memory grows beyond tolerance, persistently."""
     n = leak_iterations(config.options)
     series = sample_memory(workload.step, n, workload.device)

@@ -115,4 +115,3 @@ def pid_rss_mb(pid: int) -> float | None:
         return psutil.Process(pid).memory_info().rss / _MB
     except Exception:
         return None
-

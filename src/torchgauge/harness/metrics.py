@@ -18,8 +18,9 @@ here, so adding a metric is one file::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..stats.compare import DEFAULT_THRESHOLD, median
 
@@ -27,12 +28,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..results.schema import RunConfig
     from ..workload import Workload
 
-__all__ = ["RULES", "TIMED_PASS_METRICS", "MetricSpec", "Quantity", "declare_quantities", "get_metric",
-           "list_metrics", "quantities", "quantity", "register_metric", "validate_metrics"]
+__all__ = [
+    "RULES",
+    "TIMED_PASS_METRICS",
+    "MetricSpec",
+    "Quantity",
+    "declare_quantities",
+    "get_metric",
+    "list_metrics",
+    "quantities",
+    "quantity",
+    "register_metric",
+    "validate_metrics",
+]
 
 MetricFn = Callable[["Workload", "RunConfig", dict[str, Any]], dict[str, Any]]
 # Metrics produced by the timed pass rather than by a registered function (their quantities: below).
-TIMED_PASS_METRICS = {"time": "median/IQR/min/max of the timed samples (ms)", "memory": "peak CPU RSS and GPU memory (MiB)"}
+TIMED_PASS_METRICS = {
+    "time": "median/IQR/min/max of the timed samples (ms)",
+    "memory": "peak CPU RSS and GPU memory (MiB)",
+}
 # How ``compare`` judges a quantity between two sides:
 #   rank_test: median change beyond the threshold AND a one-sided rank test on the raw samples;
 #   memory:    the threshold plus a floor scaled to the run-to-run spread (peaks move a little);
@@ -114,8 +129,7 @@ def declare_quantities(*declared: Quantity) -> None:
         _QUANTITIES[q.name] = q
 
 
-def register_metric(name: str, description: str,
-                    quantities: Iterable[Quantity] = ()) -> Callable[[MetricFn], MetricFn]:
+def register_metric(name: str, description: str, quantities: Iterable[Quantity] = ()) -> Callable[[MetricFn], MetricFn]:
     """Register ``fn(workload, config, measured) -> dict`` as metric ``name`` with the quantities it produces.
 
     Duplicate metric or quantity names raise.
@@ -181,8 +195,7 @@ def _load_metric_modules() -> None:
 # The timed pass's quantities (measurement.py fills time_ms, the peaks and, for compiling
 # backends, metrics["compile"] during warm-up).
 declare_quantities(
-    Quantity("time", ("time_ms", "median"), "ms", title="time", samples=("time_ms", "samples"),
-             ratio_key="time"),
+    Quantity("time", ("time_ms", "median"), "ms", title="time", samples=("time_ms", "samples"), ratio_key="time"),
     Quantity("cpu_peak_mb", ("cpu_peak_mb",), "MiB", rule="memory", title="CPU mem", ratio_key="cpu_mem"),
     Quantity("gpu_peak_mb", ("gpu_peak_mb",), "MiB", rule="memory", title="GPU mem", ratio_key="gpu_mem"),
     Quantity("compile_s", ("compile", "compile_s"), "s", rule="none", title="compile time"),

@@ -18,7 +18,8 @@ lazy first-step work such as optimizer state creation is not in it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..stats.deterministic import COUNT_THRESHOLD
 from .metrics import Quantity, register_metric
@@ -47,10 +48,22 @@ def count_ops(fn: Callable[[], Any]) -> dict[str, int]:
     return dict(sorted(recorder.calls.items()))
 
 
-@register_metric("op_counts", "ATen operators dispatched per step, by operator (deterministic)", quantities=[
-    Quantity("op_counts", ("op_counts", "total"), "ops/iter", deterministic=True, threshold=COUNT_THRESHOLD,
-             rule="exact", title="ATen operators per step")])
-def collect_op_counts(workload: "Workload", config: "RunConfig", measured: dict[str, Any]) -> dict[str, Any]:
+@register_metric(
+    "op_counts",
+    "ATen operators dispatched per step, by operator (deterministic)",
+    quantities=[
+        Quantity(
+            "op_counts",
+            ("op_counts", "total"),
+            "ops/iter",
+            deterministic=True,
+            threshold=COUNT_THRESHOLD,
+            rule="exact",
+            title="ATen operators per step",
+        )
+    ],
+)
+def collect_op_counts(workload: Workload, config: RunConfig, measured: dict[str, Any]) -> dict[str, Any]:
     """One warm step under the operator recorder."""
     by_op = count_ops(workload.step)
     return {"op_counts": {"total": sum(by_op.values()), "by_op": by_op}}

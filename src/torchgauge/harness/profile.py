@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -35,9 +36,20 @@ from .timer import device_sync
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["INTERNAL_PATHS", "PROFILER_WARMUP_STEPS", "STEP_PREFIX", "SYNC_RUNTIME_CALLS", "CallSites",
-           "model_source_files", "profile_for_diagnosis", "profile_steps", "profile_workload", "record_call_lines",
-           "record_call_sites", "trace_file_path"]
+__all__ = [
+    "INTERNAL_PATHS",
+    "PROFILER_WARMUP_STEPS",
+    "STEP_PREFIX",
+    "SYNC_RUNTIME_CALLS",
+    "CallSites",
+    "model_source_files",
+    "profile_for_diagnosis",
+    "profile_steps",
+    "profile_workload",
+    "record_call_lines",
+    "record_call_sites",
+    "trace_file_path",
+]
 
 STEP_PREFIX = "torchgauge.step#"
 # Steps run under the profiler before recording starts (its own start-up cost lands there).
@@ -58,9 +70,20 @@ _ACTIVITY_CATEGORY = {
 }
 # Element sizes of the dtype names the profiler records (C++ spellings).
 _ITEMSIZE = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
-    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
 }
 _SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -73,15 +96,29 @@ def trace_file_path(directory: str | os.PathLike, label: str) -> Path:
     return directory / f"{stem}.pt.trace.json"
 
 
-def profile_workload(workload: "Workload", steps: int = 5, *, with_stack: bool = False, record_shapes: bool = True,
-                     trace_path: str | os.PathLike | None = None) -> ProfileTrace:
+def profile_workload(
+    workload: Workload,
+    steps: int = 5,
+    *,
+    with_stack: bool = False,
+    record_shapes: bool = True,
+    trace_path: str | os.PathLike | None = None,
+) -> ProfileTrace:
     """Profile ``steps`` iterations of an already warmed-up workload on its device."""
-    return profile_steps(workload.step, workload.device, steps, with_stack=with_stack, record_shapes=record_shapes,
-                         trace_path=trace_path)
+    return profile_steps(
+        workload.step, workload.device, steps, with_stack=with_stack, record_shapes=record_shapes, trace_path=trace_path
+    )
 
 
-def profile_steps(step: Callable[[], Any], device: Any, steps: int = 5, *, with_stack: bool = False,
-                  record_shapes: bool = True, trace_path: str | os.PathLike | None = None) -> ProfileTrace:
+def profile_steps(
+    step: Callable[[], Any],
+    device: Any,
+    steps: int = 5,
+    *,
+    with_stack: bool = False,
+    record_shapes: bool = True,
+    trace_path: str | os.PathLike | None = None,
+) -> ProfileTrace:
     """Run ``step`` ``steps`` times under torch.profiler and return the plain records.
 
     Args:
@@ -203,8 +240,11 @@ def _convert(results: Any, kind: str, device: str) -> ProfileTrace:
         linked = r.pop("_linked", 0)
         if linked and linked in op_by_corr:
             r["parent"] = op_by_corr[linked]
-    steps = sorted((r["start_us"], r["end_us"]) for r in rows
-                   if r["category"] == "annotation" and r["name"].startswith(STEP_PREFIX))
+    steps = sorted(
+        (r["start_us"], r["end_us"])
+        for r in rows
+        if r["category"] == "annotation" and r["name"].startswith(STEP_PREFIX)
+    )
     if not steps:
         raise RuntimeError("the profiler recorded no step annotations; is another profiler already running?")
     host_parents = link_parents([(r["start_us"], r["end_us"], r["thread"], r["category"]) for r in rows])
@@ -313,7 +353,7 @@ def record_call_lines(step: Callable[[], Any]) -> dict[tuple[str, str, int], dic
     return record_call_sites(step).lines
 
 
-def model_source_files(workload: "Workload", builder: Callable[..., Any] | None = None) -> tuple[str, ...]:
+def model_source_files(workload: Workload, builder: Callable[..., Any] | None = None) -> tuple[str, ...]:
     """Source files of the model: its builder, workload class and module classes (not torch's,
     not torchgauge's generic workload), where a finding's source line is looked for."""
     import inspect
@@ -335,9 +375,14 @@ def model_source_files(workload: "Workload", builder: Callable[..., Any] | None 
     return tuple(files)
 
 
-def profile_for_diagnosis(workload: "Workload", steps: int = 3, *, warmup: int = 2,
-                          builder: Callable[..., Any] | None = None,
-                          trace_path: str | os.PathLike | None = None) -> tuple[ProfileTrace, CallSites, tuple[str, ...]]:
+def profile_for_diagnosis(
+    workload: Workload,
+    steps: int = 3,
+    *,
+    warmup: int = 2,
+    builder: Callable[..., Any] | None = None,
+    trace_path: str | os.PathLike | None = None,
+) -> tuple[ProfileTrace, CallSites, tuple[str, ...]]:
     """Warm up, then profile ``steps`` steps with Python stacks and record exact call lines.
 
     Returns:

@@ -46,8 +46,14 @@ DEFAULT_INTER_OP_THREADS = 1
 OVERSUBSCRIBED_MARGIN_CPUS = 0.5
 # Environment variables that change how torch's thread pools behave; recorded and part of
 # every cache key.
-THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "KMP_AFFINITY",
-                   "MKL_NUM_THREADS")
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "KMP_BLOCKTIME",
+    "KMP_AFFINITY",
+    "MKL_NUM_THREADS",
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ def apply_thread_settings(settings: ThreadSettings) -> None:
 
     if settings.pin:
         cpus = _affinity()
-        os.sched_setaffinity(0, set(cpus[-settings.intra_op:]))
+        os.sched_setaffinity(0, set(cpus[-settings.intra_op :]))
     os.environ["OMP_NUM_THREADS"] = str(settings.intra_op)
     torch.set_num_threads(settings.intra_op)
     try:

@@ -10,8 +10,9 @@ time as a second series.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["StepTimer", "TimingSamples", "device_sync", "cuda_event_pair_factory"]
 
@@ -114,8 +115,13 @@ class StepTimer:
         warm = self.warm_up(warmup)
         return self.time(repeat, warmup_ns=warm)
 
-    def time_until(self, should_check: Callable[[int], bool], stop: Callable[[list[float]], bool], max_repeat: int,
-                   warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
+    def time_until(
+        self,
+        should_check: Callable[[int], bool],
+        stop: Callable[[list[float]], bool],
+        max_repeat: int,
+        warmup_ns: tuple[int, ...] = (),
+    ) -> TimingSamples:
         """Time iterations until ``stop(samples_ms)`` says so or ``max_repeat`` is reached.
 
         ``stop`` is asked only when ``should_check(n)`` holds, between steps (never inside a

@@ -56,17 +56,34 @@ HOST_CATEGORIES_FOR_BREAKDOWN = frozenset({"annotation", "runtime", "sync"})
 
 # Chrome ``cat`` -> TraceEvent.category (None: a device-side category).
 _HOST_CATS = {
-    "cpu_op": "cpu_op", "operator": "cpu_op", "python_function": "python", "user_annotation": "annotation",
-    "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime", "privateuse1_runtime": "runtime",
-    "privateuse1_driver": "runtime", "hip_runtime": "runtime",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "python_function": "python",
+    "user_annotation": "annotation",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "hip_runtime": "runtime",
 }
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync"}
 # Known categories that carry nothing the analysis uses (device copies of host annotations,
 # range-profiler counters, the profiler's own span).
-_IGNORED_CATS = frozenset({"gpu_user_annotation", "cuda_profiler_range", "trace", "overhead", "ac2g",
-                           "async_cpu_to_gpu", "fwdbwd"})
-_PHASE_NAMES = {"M": "metadata", "s": "flow", "f": "flow", "t": "flow", "i": "instant", "I": "instant",
-                "C": "counter", "B": "begin/end pair (unsupported)", "E": "begin/end pair (unsupported)"}
+_IGNORED_CATS = frozenset(
+    {"gpu_user_annotation", "cuda_profiler_range", "trace", "overhead", "ac2g", "async_cpu_to_gpu", "fwdbwd"}
+)
+_PHASE_NAMES = {
+    "M": "metadata",
+    "s": "flow",
+    "f": "flow",
+    "t": "flow",
+    "i": "instant",
+    "I": "instant",
+    "C": "counter",
+    "B": "begin/end pair (unsupported)",
+    "E": "begin/end pair (unsupported)",
+}
 
 
 @dataclass
@@ -141,9 +158,18 @@ class _Builder:
             if dev_cat == "memcpy" and direction is None and isinstance(args.get("kind"), str):
                 direction = memcpy_direction(args["kind"])  # ROCm: "kind": "HtoD"
             # Plain tuples until the end: parents and steps are known only after the last event.
-            self.device.setdefault(f"cuda:{dev}", []).append((
-                name, dev_cat, start, start + dur, stream, nbytes if isinstance(nbytes, int) else None, direction,
-                corr))
+            self.device.setdefault(f"cuda:{dev}", []).append(
+                (
+                    name,
+                    dev_cat,
+                    start,
+                    start + dur,
+                    stream,
+                    nbytes if isinstance(nbytes, int) else None,
+                    direction,
+                    corr,
+                )
+            )
             return
         if host_cat == "runtime":
             if name.startswith("hip"):
@@ -175,8 +201,20 @@ class _Builder:
         for i, (name, cat, start, end, tid, stack, shapes, corr) in enumerate(rows):
             if not stack and cat in ("cpu_op", "sync", "runtime") and parents[i] is not None:
                 stack = python_stack(i, parents, python_names)
-            host.append(TraceEvent(name, cat, start, end, thread=tid, step=step_index(start, starts) if starts else 0,
-                                   stack=stack, shapes=shapes, correlation=corr, parent=parents[i]))
+            host.append(
+                TraceEvent(
+                    name,
+                    cat,
+                    start,
+                    end,
+                    thread=tid,
+                    step=step_index(start, starts) if starts else 0,
+                    stack=stack,
+                    shapes=shapes,
+                    correlation=corr,
+                    parent=parents[i],
+                )
+            )
             if corr is not None and cat in ("runtime", "sync"):
                 by_corr[corr] = i
         rows.clear()
@@ -190,22 +228,44 @@ class _Builder:
             for name, cat, start, end, stream, nbytes, direction, corr in dev_rows:
                 launcher = by_corr.get(corr) if corr is not None else None
                 step = host[launcher].step if launcher is not None else step_index(start, own_starts)
-                events.append(TraceEvent(name, cat, start, end, device=dev, thread=stream, step=step, bytes=nbytes,
-                                         direction=direction, correlation=corr, parent=launcher))
+                events.append(
+                    TraceEvent(
+                        name,
+                        cat,
+                        start,
+                        end,
+                        device=dev,
+                        thread=stream,
+                        step=step,
+                        bytes=nbytes,
+                        direction=direction,
+                        correlation=corr,
+                        parent=launcher,
+                    )
+                )
             dev_rows.clear()
             traces[dev] = ProfileTrace(kind="cuda", steps=own_steps, events=events, device=dev, trace_path=path)
         if not traces:
             if not host:
-                raise TraceFormatError(f"{path}: no profiler events in the file (read {self.read}, skipped "
-                                       f"{sum(self.skipped.values())}); accepted: a torch.profiler/Kineto "
-                                       "Chrome trace")
+                raise TraceFormatError(
+                    f"{path}: no profiler events in the file (read {self.read}, skipped "
+                    f"{sum(self.skipped.values())}); accepted: a torch.profiler/Kineto "
+                    "Chrome trace"
+                )
             own_steps = steps or [(min(e.start_us for e in host), max(e.end_us for e in host))]
             traces["cpu"] = ProfileTrace(kind="cpu", steps=own_steps, events=host, device="cpu", trace_path=path)
         dist = self.metadata.get("distributedInfo")
         rank = dist.get("rank") if isinstance(dist, dict) and isinstance(dist.get("rank"), int) else None
         platform = "cpu" if "cpu" in traces else ("rocm" if self.hip or _is_rocm(self.metadata) else "cuda")
-        return ImportedTrace(path=path, platform=platform, traces=traces, skipped=dict(self.skipped),
-                             events_read=self.read, rank=rank, has_step_annotations=bool(steps))
+        return ImportedTrace(
+            path=path,
+            platform=platform,
+            traces=traces,
+            skipped=dict(self.skipped),
+            events_read=self.read,
+            rank=rank,
+            has_step_annotations=bool(steps),
+        )
 
 
 def read_trace(path: str | os.PathLike, *, host: bool = True) -> ImportedTrace:

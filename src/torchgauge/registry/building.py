@@ -22,7 +22,7 @@ def create(
     *,
     seed: int = 0,
     **model_kwargs: Any,
-) -> "Workload":
+) -> Workload:
     """Build a workload: module, optimizer (train), inputs already on ``device``.
 
     Args:

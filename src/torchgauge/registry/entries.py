@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .model_spec import DOMAINS, MODES, ModelSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["ENTRY_POINT_GROUP", "add_spec", "load_builtin_index", "load_plugins", "names_by_module", "register_model",
-           "specs"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "add_spec",
+    "load_builtin_index",
+    "load_plugins",
+    "names_by_module",
+    "register_model",
+    "specs",
+]
 
 ENTRY_POINT_GROUP = "torchgauge.models"
 
@@ -42,7 +50,7 @@ def register_model(
     notes: str = "",
     preload: Iterable[str] = (),
     **extra: Any,
-) -> Callable[[Callable[..., "Workload"]], Callable[..., "Workload"]]:
+) -> Callable[[Callable[..., Workload]], Callable[..., Workload]]:
     """Register the decorated builder under its function name.
 
     Args:
@@ -73,7 +81,7 @@ def register_model(
     train_bs, eval_bs = (batch_size, batch_size) if isinstance(batch_size, int) else batch_size
     cpu_bs = (cpu_batch_size, cpu_batch_size) if isinstance(cpu_batch_size, int) else cpu_batch_size
 
-    def decorator(fn: Callable[..., "Workload"]) -> Callable[..., "Workload"]:
+    def decorator(fn: Callable[..., Workload]) -> Callable[..., Workload]:
         name = fn.__name__
         spec = ModelSpec(
             name=name,

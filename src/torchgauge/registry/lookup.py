@@ -8,7 +8,8 @@ import difflib
 import fnmatch
 import importlib
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .entries import load_builtin_index, specs
 from .model_spec import DOMAINS, AmbiguousModelError, ModelSpec, UnknownModelError
@@ -16,8 +17,15 @@ from .model_spec import DOMAINS, AmbiguousModelError, ModelSpec, UnknownModelErr
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["get_builder", "get_spec", "list_models", "model_domain", "natural_key", "resolve_name",
-           "validate_model_names"]
+__all__ = [
+    "get_builder",
+    "get_spec",
+    "list_models",
+    "model_domain",
+    "natural_key",
+    "resolve_name",
+    "validate_model_names",
+]
 
 
 def natural_key(name: str) -> list[Any]:
@@ -66,7 +74,8 @@ def list_models(
         names = [n for n in names if want <= specs[n].tags]
     if module:
         names = [
-            n for n in names
+            n
+            for n in names
             if specs[n].module.rsplit(".", 1)[-1] == module or fnmatch.fnmatchcase(specs[n].module, module)
         ]
     return sorted(names, key=natural_key)
@@ -117,7 +126,7 @@ def model_domain(name: str) -> str:
         return ""
 
 
-def get_builder(name: str) -> Callable[..., "Workload"]:
+def get_builder(name: str) -> Callable[..., Workload]:
     """The builder of ``name``, importing its module if the model was listed from the index.
 
     Raises:
@@ -129,8 +138,10 @@ def get_builder(name: str) -> Callable[..., "Workload"]:
         importlib.import_module(spec.module)
         spec = specs[name]
         if spec.builder is None:
-            raise RuntimeError(f"the model index says {spec.module} registers {name!r} but it does not; "
-                               "regenerate it with `python -m torchgauge.model_index`")
+            raise RuntimeError(
+                f"the model index says {spec.module} registers {name!r} but it does not; "
+                "regenerate it with `python -m torchgauge.model_index`"
+            )
     return spec.builder
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
@@ -38,7 +39,7 @@ class ModelSpec:
     name: str
     # None for a model listed from the generated index whose module is not imported yet;
     # get_builder() imports it (see torchgauge.model_index).
-    builder: Callable[..., "Workload"] | None
+    builder: Callable[..., Workload] | None
     domain: str  # one of DOMAINS
     task: str  # e.g. "classification", "language_modeling"
     source: str  # paper or reference implementation the architecture follows

@@ -7,15 +7,23 @@ reported apart. A domain's figure is the unweighted mean over its models, as in 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..harness.breakdown import CPU_NAMES, CUDA_NAMES
 from ..results.schema import RunRecord
 
-__all__ = ["COMPONENTS", "COMPONENT_LABELS", "BreakdownRow", "breakdown_rows", "domain_table", "trace_breakdown_rows",
-           "write_breakdown_chart"]
+__all__ = [
+    "COMPONENTS",
+    "COMPONENT_LABELS",
+    "BreakdownRow",
+    "breakdown_rows",
+    "domain_table",
+    "trace_breakdown_rows",
+    "write_breakdown_chart",
+]
 
 COMPONENTS = {"cuda": CUDA_NAMES, "cpu": CPU_NAMES}
 COMPONENT_LABELS = {
@@ -51,8 +59,17 @@ def breakdown_rows(records: Iterable[RunRecord]) -> list[BreakdownRow]:
         b = r.metrics.get("breakdown")  # failed runs have no metrics; fail_accuracy keeps them
         if not b or b.get("kind") not in COMPONENTS:
             continue
-        out.append(BreakdownRow(r.config.model, r.domain or "-", r.config.mode, b["kind"], float(b["span_ms"]),
-                                int(b["steps"]), {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[b["kind"]]}))
+        out.append(
+            BreakdownRow(
+                r.config.model,
+                r.domain or "-",
+                r.config.mode,
+                b["kind"],
+                float(b["span_ms"]),
+                int(b["steps"]),
+                {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[b["kind"]]},
+            )
+        )
     return out
 
 
@@ -64,8 +81,17 @@ def trace_breakdown_rows(analyses: Iterable[Any]) -> list[BreakdownRow]:
         records = [("", a.breakdown)] + [(f" step {i}", s) for i, s in enumerate(a.per_step)]
         for suffix, b in records:
             kind = b["kind"]
-            out.append(BreakdownRow(a.label + suffix, "trace", "trace", kind, float(b["span_ms"]), int(b["steps"]),
-                                    {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[kind]}))
+            out.append(
+                BreakdownRow(
+                    a.label + suffix,
+                    "trace",
+                    "trace",
+                    kind,
+                    float(b["span_ms"]),
+                    int(b["steps"]),
+                    {k: float(b["fractions"].get(k, 0.0)) for k in COMPONENTS[kind]},
+                )
+            )
     return out
 
 
@@ -100,8 +126,9 @@ def write_breakdown_chart(rows: Sequence[BreakdownRow], path: str | Path) -> Pat
         raise ValueError("no run has a breakdown to draw; run with --metrics breakdown")
     plt = pyplot()
     most = max(sum(1 for r in rows if r.kind == k and r.mode == m) for k, m in panels)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10.5, 1.2 + 0.28 * most * len(panels) + 0.6 * len(panels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(10.5, 1.2 + 0.28 * most * len(panels) + 0.6 * len(panels)), squeeze=False
+    )
     for ax, (kind, mode) in zip(axes[:, 0], panels):
         members = [r for r in rows if r.kind == kind and r.mode == mode]
         labels = [r.model if r.mode == "trace" else f"{r.model} ({r.domain})" for r in members]

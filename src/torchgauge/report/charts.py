@@ -7,9 +7,9 @@ without it, :func:`grouped_log_bars` raises :class:`ChartError` with a one-line 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 __all__ = ["CHART_FORMATS", "ChartError", "LogBarPanel", "grouped_log_bars"]
 
@@ -19,8 +19,30 @@ _INCHES_PER_GROUP = 0.45
 _MIN_WIDTH_IN = 6.0
 _PANEL_HEIGHT_IN = 3.6
 # Tick values of the ratio axis: round numbers a reader compares ratios against.
-_NICE_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 7.0,
-               10.0, 20.0, 50.0, 100.0)
+_NICE_TICKS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.7,
+    0.8,
+    0.9,
+    1.0,
+    1.1,
+    1.25,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+)
 
 
 # At most about this many labelled ticks per ratio axis, so that labels never overlap.
@@ -103,7 +125,9 @@ def grouped_log_bars(
     for p in panels:
         for name, values in p.series.items():
             if len(values) != len(p.categories):
-                raise ChartError(f"panel {p.title!r} series {name!r} has {len(values)} values for {len(p.categories)} categories")
+                raise ChartError(
+                    f"panel {p.title!r} series {name!r} has {len(values)} values for {len(p.categories)} categories"
+                )
     try:
         import matplotlib
 

@@ -47,20 +47,55 @@ def backend_columns() -> tuple[tuple[str, ...], tuple[str, ...]]:
     "cand/base" columns are the ratios the other way round (< 1: candidate faster or leaner).
     """
     others = [f"{title} cand/base" for title in _other_ratios().values()]
-    columns = ("model", "mode", "batch", "base ms", "cand ms", "speedup", "time cand/base", "candidate", *others,
-               "compile s", "graph breaks", "accuracy")
-    justify = ("left", "left", "right", "right", "right", "right", "right", "left", *("right",) * len(others),
-               "right", "right", "left")
+    columns = (
+        "model",
+        "mode",
+        "batch",
+        "base ms",
+        "cand ms",
+        "speedup",
+        "time cand/base",
+        "candidate",
+        *others,
+        "compile s",
+        "graph breaks",
+        "accuracy",
+    )
+    justify = (
+        "left",
+        "left",
+        "right",
+        "right",
+        "right",
+        "right",
+        "right",
+        "left",
+        *("right",) * len(others),
+        "right",
+        "right",
+        "left",
+    )
     return columns, justify
 
 
-def backend_rows(cmp: "BackendComparison") -> list[list[Any]]:
+def backend_rows(cmp: BackendComparison) -> list[list[Any]]:
     """One table row per compared model and mode (:func:`backend_columns`)."""
     others = list(_other_ratios())
     return [
-        [r.model, r.mode, r.batch_size, r.baseline.get(TIME_RATIO), r.candidate.get(TIME_RATIO), _times(r.speedup),
-         r.ratios.get(TIME_RATIO), r.verdict, *(r.ratios.get(k) for k in others), r.compile_s, r.graph_breaks,
-         r.accuracy]
+        [
+            r.model,
+            r.mode,
+            r.batch_size,
+            r.baseline.get(TIME_RATIO),
+            r.candidate.get(TIME_RATIO),
+            _times(r.speedup),
+            r.ratios.get(TIME_RATIO),
+            r.verdict,
+            *(r.ratios.get(k) for k in others),
+            r.compile_s,
+            r.graph_breaks,
+            r.accuracy,
+        ]
         for r in cmp.rows
     ]
 
@@ -78,29 +113,51 @@ def compiler_summary_columns() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return columns, ("left",) + ("right",) * (len(columns) - 1)
 
 
-def compiler_summary_rows(cmp: "BackendComparison") -> list[list[Any]]:
+def compiler_summary_rows(cmp: BackendComparison) -> list[list[Any]]:
     """Per mode: pass rate, speedup geomean, compression ratio, compilation latency, then the ratio geomeans."""
     from ..compare.backend_ratios import compiler_summary, ratio_metrics
 
     out = []
     for mode, s in compiler_summary(cmp).items():
         g = cmp.geomeans.get(mode, {})
-        ratios = [None if g.get(m, {}).get("geomean") is None else f"{g[m]['geomean']:.3f} (n={g[m]['n']})"
-                  for m in ratio_metrics()]
+        ratios = [
+            None if g.get(m, {}).get("geomean") is None else f"{g[m]['geomean']:.3f} (n={g[m]['n']})"
+            for m in ratio_metrics()
+        ]
         rate = None if s["pass_rate"] is None else f"{100 * s['pass_rate']:.0f}%, {s['passed']}/{s['total']}"
-        out.append([mode, rate, _times(s["speedup_geomean"]), _times(s["compression_ratio"]),
-                    s["compilation_latency_s"], *ratios])
+        out.append(
+            [
+                mode,
+                rate,
+                _times(s["speedup_geomean"]),
+                _times(s["compression_ratio"]),
+                s["compilation_latency_s"],
+                *ratios,
+            ]
+        )
     return out
 
 
-def device_rows(cmp: "DeviceComparison") -> list[list[Any]]:
+def device_rows(cmp: DeviceComparison) -> list[list[Any]]:
     """One table row per compared model and mode."""
-    return [[r.model, r.mode, r.precision, r.backend, r.batch_size, r.a_ms, r.b_ms,
-             _times(1.0 / r.ratio if r.ratio else None), r.ratio, r.verdict]
-            for r in cmp.rows]
+    return [
+        [
+            r.model,
+            r.mode,
+            r.precision,
+            r.backend,
+            r.batch_size,
+            r.a_ms,
+            r.b_ms,
+            _times(1.0 / r.ratio if r.ratio else None),
+            r.ratio,
+            r.verdict,
+        ]
+        for r in cmp.rows
+    ]
 
 
-def device_summary_rows(cmp: "DeviceComparison") -> list[list[Any]]:
+def device_summary_rows(cmp: DeviceComparison) -> list[list[Any]]:
     """Per mode: A's speedup geomean (B / A), geometric mean A / B and the win counts."""
     out = []
     for mode, g in cmp.geomeans.items():
@@ -124,7 +181,7 @@ def _modes(rows) -> list[str]:
     return seen
 
 
-def backend_chart(cmp: "BackendComparison", path: str | Path) -> Path:
+def backend_chart(cmp: BackendComparison, path: str | Path) -> Path:
     """Bar chart: per mode a panel, per model one bar per metric, candidate / baseline on a log axis."""
     from ..compare.backend_ratios import ratio_metrics
 
@@ -134,21 +191,33 @@ def backend_chart(cmp: "BackendComparison", path: str | Path) -> Path:
         rows = [r for r in cmp.rows if r.mode == mode]
         # Leave out a metric no row has (GPU memory on a CPU run) rather than draw an empty legend entry.
         metrics = [m for m in titles if any(r.ratios.get(m) is not None for r in rows)]
-        panels.append(LogBarPanel(
-            title=f"{mode}: {cmp.candidate} / {cmp.baseline}",
-            categories=[r.model + (" (fail_accuracy)" if r.failed_accuracy else "") for r in rows],
-            series={titles[m]: [r.ratios.get(m) for r in rows] for m in metrics},
-        ))
-    return grouped_log_bars(panels, path, ylabel=f"{cmp.candidate} / {cmp.baseline}",
-                            title=f"{cmp.candidate} versus {cmp.baseline} (< 1: {cmp.candidate} better)")
+        panels.append(
+            LogBarPanel(
+                title=f"{mode}: {cmp.candidate} / {cmp.baseline}",
+                categories=[r.model + (" (fail_accuracy)" if r.failed_accuracy else "") for r in rows],
+                series={titles[m]: [r.ratios.get(m) for r in rows] for m in metrics},
+            )
+        )
+    return grouped_log_bars(
+        panels,
+        path,
+        ylabel=f"{cmp.candidate} / {cmp.baseline}",
+        title=f"{cmp.candidate} versus {cmp.baseline} (< 1: {cmp.candidate} better)",
+    )
 
 
-def device_chart(cmp: "DeviceComparison", path: str | Path) -> Path:
+def device_chart(cmp: DeviceComparison, path: str | Path) -> Path:
     """Bar chart: per mode a panel, one bar per model, time A / B on a log axis."""
     panels = []
     for mode in _modes(cmp.rows):
         rows = [r for r in cmp.rows if r.mode == mode]
-        panels.append(LogBarPanel(title=f"{mode}: time {cmp.a} / {cmp.b}", categories=[r.model for r in rows],
-                                  series={"time": [r.ratio for r in rows]}))
-    return grouped_log_bars(panels, path, ylabel=f"time {cmp.a} / {cmp.b}",
-                            title=f"{cmp.a} versus {cmp.b} (< 1: {cmp.a} faster)")
+        panels.append(
+            LogBarPanel(
+                title=f"{mode}: time {cmp.a} / {cmp.b}",
+                categories=[r.model for r in rows],
+                series={"time": [r.ratio for r in rows]},
+            )
+        )
+    return grouped_log_bars(
+        panels, path, ylabel=f"time {cmp.a} / {cmp.b}", title=f"{cmp.a} versus {cmp.b} (< 1: {cmp.a} faster)"
+    )

@@ -13,16 +13,25 @@ import csv
 import io
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import astuple
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..compare.dynamo_perf import DynamoPerfRow
 
 __all__ = ["PERFORMANCE_HEADERS", "format_performance_csv", "performance_csv_paths", "write_performance_csv"]
 
-PERFORMANCE_HEADERS = ("dev", "name", "batch_size", "speedup", "abs_latency", "compilation_latency",
-                       "compression_ratio", "eager_peak_mem", "dynamo_peak_mem")
+PERFORMANCE_HEADERS = (
+    "dev",
+    "name",
+    "batch_size",
+    "speedup",
+    "abs_latency",
+    "compilation_latency",
+    "compression_ratio",
+    "eager_peak_mem",
+    "dynamo_peak_mem",
+)
 
 
 def _cell(value: object) -> object:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..compare.matching import config_key
 from ..harness.metrics import quantity
@@ -13,8 +14,15 @@ from ..results.store import SeriesPoint
 from ..stats.compare import DEFAULT_THRESHOLD
 from ..stats.steps import detect_regressions, detect_steps
 
-__all__ = ["HISTORY_COLUMNS", "PLOT_FORMATS", "HistoryTable", "history_tables", "series_groups",
-           "sparkline", "write_history_plot"]
+__all__ = [
+    "HISTORY_COLUMNS",
+    "PLOT_FORMATS",
+    "HistoryTable",
+    "history_tables",
+    "series_groups",
+    "sparkline",
+    "write_history_plot",
+]
 
 HISTORY_COLUMNS = ("run", "date", "torch", "git", "status", "value", "level", "step")
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -43,7 +51,9 @@ def _series_label(c: RunConfig) -> str:
     return f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
 
 
-def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: float = DEFAULT_THRESHOLD) -> list[HistoryTable]:
+def history_tables(
+    points: Sequence[SeriesPoint], metric: str, *, threshold: float = DEFAULT_THRESHOLD
+) -> list[HistoryTable]:
     """Group ``points`` by configuration and mark level changes of at least ``threshold``.
 
     Failed runs keep their row (value ``None``) and do not break a segment. A step the
@@ -64,11 +74,35 @@ def history_tables(points: Sequence[SeriesPoint], metric: str, *, threshold: flo
             step = marks.get(i)
             kind = None if step is None else "regression" if step.change * worse > 0 else "improvement"
             mark = "" if step is None else f"{kind} {step.change:+.1%}"
-            rows.append([p.suite_id, p.created_at[:19].replace("T", " "), p.torch_version, (p.torch_git_version or "")[:10],
-                         p.status, v, level.get(i), mark])
-        tables.append(HistoryTable(label, rows, [
-            {"run": pts[s.position].suite_id, "position": s.position, "before": s.before, "after": s.after,
-             "change": s.change, "kind": "regression" if s.change * worse > 0 else "improvement"} for s in steps]))
+            rows.append(
+                [
+                    p.suite_id,
+                    p.created_at[:19].replace("T", " "),
+                    p.torch_version,
+                    (p.torch_git_version or "")[:10],
+                    p.status,
+                    v,
+                    level.get(i),
+                    mark,
+                ]
+            )
+        tables.append(
+            HistoryTable(
+                label,
+                rows,
+                [
+                    {
+                        "run": pts[s.position].suite_id,
+                        "position": s.position,
+                        "before": s.before,
+                        "after": s.after,
+                        "change": s.change,
+                        "kind": "regression" if s.change * worse > 0 else "improvement",
+                    }
+                    for s in steps
+                ],
+            )
+        )
     return tables
 
 
@@ -108,16 +142,38 @@ def write_history_plot(tables: Sequence[HistoryTable], path: str | Path, *, titl
     try:
         for table in tables:
             runs = [row[0] for row in table.rows]
-            line = ax.plot(runs, [row[5] if row[5] is not None else float("nan") for row in table.rows], "o-",
-                           markersize=3, linewidth=1.2, label=table.label)[0]
-            ax.plot(runs, [row[6] if row[6] is not None else float("nan") for row in table.rows], "--",
-                    color=line.get_color(), linewidth=0.8)
+            line = ax.plot(
+                runs,
+                [row[5] if row[5] is not None else float("nan") for row in table.rows],
+                "o-",
+                markersize=3,
+                linewidth=1.2,
+                label=table.label,
+            )[0]
+            ax.plot(
+                runs,
+                [row[6] if row[6] is not None else float("nan") for row in table.rows],
+                "--",
+                color=line.get_color(),
+                linewidth=0.8,
+            )
             for step in table.steps:
                 up = step["kind"] == "regression"
-                ax.plot(step["run"], step["after"], "^" if up else "v", color="#d62728" if up else "#2ca02c",
-                        markersize=10, markeredgecolor="black")
-                ax.annotate(f"{step['change']:+.1%}", (step["run"], step["after"]), textcoords="offset points",
-                            xytext=(4, 6 if up else -12), fontsize=8)
+                ax.plot(
+                    step["run"],
+                    step["after"],
+                    "^" if up else "v",
+                    color="#d62728" if up else "#2ca02c",
+                    markersize=10,
+                    markeredgecolor="black",
+                )
+                ax.annotate(
+                    f"{step['change']:+.1%}",
+                    (step["run"], step["after"]),
+                    textcoords="offset points",
+                    xytext=(4, 6 if up else -12),
+                    fontsize=8,
+                )
         ax.set_xlabel("stored run id")
         ax.set_ylabel(ylabel)
         ax.set_title(title)

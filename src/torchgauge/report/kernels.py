@@ -51,8 +51,10 @@ def top_kernels(trace: ProfileTrace, n: int = TOP_KERNELS) -> list[KernelRow]:
         t[0] += 1
         t[1] += e.duration_us
         kinds.setdefault(e.name, kernel_type(e))
-    rows = [KernelRow(name, kinds[name], int(c), s, s / c, s / grand if grand > 0 else 0.0)
-            for name, (c, s) in totals.items()]
+    rows = [
+        KernelRow(name, kinds[name], int(c), s, s / c, s / grand if grand > 0 else 0.0)
+        for name, (c, s) in totals.items()
+    ]
     rows.sort(key=lambda r: (-r.total_us, r.name))
     return rows[:n]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..results.schema import STATUSES, RunRecord
 
@@ -75,8 +75,10 @@ class SuiteProgress:
         reason = ""
         if record.status != "ok" and record.error:
             reason = "  " + record.error.strip().splitlines()[-1][:REASON_CHARS]
-        return (f"[{self.done:>{width}}/{self.total}] {record.config.model:<32} {record.config.mode:<5} "
-                f"{median:>14}  {record.status:<11} ({record.wall_s:.1f}s)  {tail}{reason}")
+        return (
+            f"[{self.done:>{width}}/{self.total}] {record.config.model:<32} {record.config.mode:<5} "
+            f"{median:>14}  {record.status:<11} ({record.wall_s:.1f}s)  {tail}{reason}"
+        )
 
     def summary(self) -> str:
         """``336 of 336 runs in 7m02s: 328 ok, 8 unsupported`` (statuses in schema order)."""

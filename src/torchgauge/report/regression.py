@@ -9,7 +9,8 @@ and both environments side by side.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..compare.regression import Comparison, Finding, StatusChange
 from ..harness.metrics import Quantity, quantities
@@ -19,8 +20,21 @@ __all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "fo
 
 FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-value")
 # Environment fields shown side by side, in this order (the JSON keeps the whole env).
-ENV_KEYS = ("torch_version", "torch_git_version", "python_version", "cuda_version", "gpu_name", "gpu_driver",
-            "cpu_model", "cpu_count", "memory_gib", "torch_num_threads", "hostname", "machine_fingerprint", "platform")
+ENV_KEYS = (
+    "torch_version",
+    "torch_git_version",
+    "python_version",
+    "cuda_version",
+    "gpu_name",
+    "gpu_driver",
+    "cpu_model",
+    "cpu_count",
+    "memory_gib",
+    "torch_num_threads",
+    "hostname",
+    "machine_fingerprint",
+    "platform",
+)
 
 
 def _judged(metric: str) -> Quantity | None:
@@ -59,8 +73,18 @@ def _config(f: Finding | StatusChange) -> str:
 
 def finding_rows(findings: Iterable[Finding]) -> list[list[str]]:
     """Rows of :data:`FINDING_COLUMNS`, formatted for people (Markdown and terminal)."""
-    return [[f.config.model, _config(f), f.metric, format_value(f.metric, f.base), format_value(f.metric, f.new),
-             _change(f), _p(f.p_value)] for f in findings]
+    return [
+        [
+            f.config.model,
+            _config(f),
+            f.metric,
+            format_value(f.metric, f.base),
+            format_value(f.metric, f.new),
+            _change(f),
+            _p(f.p_value),
+        ]
+        for f in findings
+    ]
 
 
 def _table(columns: Iterable[str], rows: list[list[str]]) -> list[str]:
@@ -80,8 +104,10 @@ def _ops_lines(findings: Iterable[Finding]) -> list[str]:
     for f in findings:
         ops = f.detail.get("ops")
         if ops:
-            shown = [f"{markdown_code(op)} {markdown_text(v.get('base'))} -> {markdown_text(v.get('new'))}"
-                     for op, v in list(ops.items())[:MAX_OPS_SHOWN]]
+            shown = [
+                f"{markdown_code(op)} {markdown_text(v.get('base'))} -> {markdown_text(v.get('new'))}"
+                for op, v in list(ops.items())[:MAX_OPS_SHOWN]
+            ]
             more = f" and {len(ops) - MAX_OPS_SHOWN} more" if len(ops) > MAX_OPS_SHOWN else ""
             out.append(f"- {markdown_code(f.config.model)} {markdown_text(_config(f))}: " + ", ".join(shown) + more)
     return out
@@ -95,8 +121,13 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         base_label, new_label: how the two sides are named (file names, run ids).
     """
     n_reg, n_imp = len(cmp.regressions), len(cmp.improvements)
-    verdict = ("regressions found" if n_reg else "inconclusive changes" if cmp.inconclusive_beyond_threshold
-               else "no regression")
+    verdict = (
+        "regressions found"
+        if n_reg
+        else "inconclusive changes"
+        if cmp.inconclusive_beyond_threshold
+        else "no regression"
+    )
     lines = [
         f"# torchgauge: {verdict} ({markdown_text(new_label)} vs {markdown_text(base_label)})",
         "",
@@ -106,19 +137,25 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
         "",
     ]
-    missing = {label: sum(1 for u in cmp.unmatched if u.reason == "missing" and u.side == side)
-               for side, label in (("base", base_label), ("new", new_label))}
+    missing = {
+        label: sum(1 for u in cmp.unmatched if u.reason == "missing" and u.side == side)
+        for side, label in (("base", base_label), ("new", new_label))
+    }
     for label, count in missing.items():
         if count:  # a partial run: say so up front, not only inside "Not compared"
-            lines += [f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; "
-                      "see below).", ""]
+            lines += [
+                f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; see below).",
+                "",
+            ]
     for note in (cmp.hardware_note, cmp.threads_note):
         if note:
             lines += [f"**Warning: {markdown_text(note)}**", ""]
     if cmp.inconclusive:
         lines += ["## Inconclusive (the test cannot reach alpha)", ""]
-        lines += _table((*FINDING_COLUMNS, "reason"), [[*row, f.detail.get("reason", "")] for row, f in
-                                                       zip(finding_rows(cmp.inconclusive), cmp.inconclusive)])
+        lines += _table(
+            (*FINDING_COLUMNS, "reason"),
+            [[*row, f.detail.get("reason", "")] for row, f in zip(finding_rows(cmp.inconclusive), cmp.inconclusive)],
+        )
         lines.append("")
     for title, findings in (("Regressions", cmp.regressions), ("Improvements", cmp.improvements)):
         lines.append(f"## {title}")
@@ -129,17 +166,25 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
             lines += ["", "Operators whose counts changed:", *ops]
         lines.append("")
     lines += ["## New failures and fixes", ""]
-    status_rows = [[s.config.model, _config(s), s.base_status, s.new_status, kind, (s.error or "")[:120]]
-                   for kind, group in (("new failure", cmp.new_failures), ("fix", cmp.fixes)) for s in group]
-    lines += _table(("model", "config", base_label, new_label, "kind", "error"), status_rows) if status_rows else ["None."]
+    status_rows = [
+        [s.config.model, _config(s), s.base_status, s.new_status, kind, (s.error or "")[:120]]
+        for kind, group in (("new failure", cmp.new_failures), ("fix", cmp.fixes))
+        for s in group
+    ]
+    lines += (
+        _table(("model", "config", base_label, new_label, "kind", "error"), status_rows) if status_rows else ["None."]
+    )
     lines.append("")
     if cmp.unmatched:
-        lines += ["<details><summary>Not compared ({})</summary>".format(len(cmp.unmatched)), ""]
+        lines += [f"<details><summary>Not compared ({len(cmp.unmatched)})</summary>", ""]
         lines += _table(("model", "config", "reason"), [[u.model, u.config, u.detail] for u in cmp.unmatched])
         lines += ["", "</details>", ""]
     lines += ["## Environments", ""]
-    env_rows = [[k, str(cmp.base_env.get(k, "-")), str(cmp.new_env.get(k, "-"))] for k in ENV_KEYS
-                if k in cmp.base_env or k in cmp.new_env]
+    env_rows = [
+        [k, str(cmp.base_env.get(k, "-")), str(cmp.new_env.get(k, "-"))]
+        for k in ENV_KEYS
+        if k in cmp.base_env or k in cmp.new_env
+    ]
     lines += _table(("", base_label, new_label), env_rows) if env_rows else ["No environment recorded."]
     return "\n".join(lines) + "\n"
 

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..workflows.scale import SWEEP_METRICS, ScalingCurve
 
 __all__ = ["FIT_COLUMNS", "fit_rows", "write_scaling_plot"]
 
-FIT_COLUMNS = ("mode", "metric", "vs", "held at", "points", "fit: a * x^b + c", "b", "b 95% interval", "R^2",
-               "max residual")
+FIT_COLUMNS = (
+    "mode",
+    "metric",
+    "vs",
+    "held at",
+    "points",
+    "fit: a * x^b + c",
+    "b",
+    "b 95% interval",
+    "R^2",
+    "max residual",
+)
 _FIT_SAMPLES = 50  # points drawn along each fitted curve
 
 
@@ -26,11 +37,26 @@ def fit_rows(curves: Sequence[ScalingCurve]) -> list[list[Any]]:
             rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), len(c.xs), c.note, None, None, None, None])
             continue
         f = c.fit
-        formula = f"{f.a:.3g} * x^{f.b:.3g} + {f.c:.3g}" + (" (b at search bound: ill-determined)" if f.at_bound else "")
+        formula = f"{f.a:.3g} * x^{f.b:.3g} + {f.c:.3g}" + (
+            " (b at search bound: ill-determined)" if f.at_bound else ""
+        )
         interval = ("none (no dof)" if f.b_low is None or f.b_high is None else f"{f.b_low:.3g}..{f.b_high:.3g}") + (
-            " WIDE" if f.b_interval_wide else "")
-        rows.append([c.mode, label, c.parameter, _fixed_label(c.fixed), f.n, formula, round(f.b, 3), interval,
-                     round(f.r2, 4), f"{f.max_rel_residual:.1%}"])
+            " WIDE" if f.b_interval_wide else ""
+        )
+        rows.append(
+            [
+                c.mode,
+                label,
+                c.parameter,
+                _fixed_label(c.fixed),
+                f.n,
+                formula,
+                round(f.b, 3),
+                interval,
+                round(f.r2, 4),
+                f"{f.max_rel_residual:.1%}",
+            ]
+        )
     return rows
 
 
@@ -50,8 +76,14 @@ def write_scaling_plot(curves: Sequence[ScalingCurve], path: str, title: str = "
             if c.fit is not None:
                 lo, hi = min(c.xs), max(c.xs)
                 grid = [lo * (hi / lo) ** (i / (_FIT_SAMPLES - 1)) for i in range(_FIT_SAMPLES)]
-                ax.plot(grid, [c.fit.predict(x) for x in grid], "-", color=points.get_color(), alpha=0.7,
-                        label=f"b = {c.fit.b:.2f}")
+                ax.plot(
+                    grid,
+                    [c.fit.predict(x) for x in grid],
+                    "-",
+                    color=points.get_color(),
+                    alpha=0.7,
+                    label=f"b = {c.fit.b:.2f}",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"{metric} ({SWEEP_METRICS[metric]})")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..results.schema import RunRecord
 
@@ -12,8 +13,20 @@ __all__ = ["RESULT_COLUMNS", "RESULT_JUSTIFY", "error_line", "result_row", "resu
 # Characters of an error's last line shown in the status cell (the file keeps it all).
 STATUS_ERROR_CHARS = 80
 # "noisy": the timed samples' spread is past stats.summary's noise threshold (median less certain).
-RESULT_COLUMNS = ("model", "mode", "device", "batch", "median ms", "IQR ms", "noisy", "precision", "backend",
-                  "peak CPU MB", "peak GPU MB", "status")
+RESULT_COLUMNS = (
+    "model",
+    "mode",
+    "device",
+    "batch",
+    "median ms",
+    "IQR ms",
+    "noisy",
+    "precision",
+    "backend",
+    "peak CPU MB",
+    "peak GPU MB",
+    "status",
+)
 RESULT_JUSTIFY = ("left", "left", "left", "right", "right", "right", "left", "left", "left", "right", "right", "left")
 # The line of a traceback that names the exception: "RuntimeError: ...", "torch.OutOfMemoryError: ...".
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)\b")
@@ -64,5 +77,3 @@ def _noisy_cell(time_ms: dict[str, Any]) -> str | None:
 
 def result_rows(records: Iterable[RunRecord]) -> list[list[Any]]:
     return [result_row(r) for r in records]
-
-

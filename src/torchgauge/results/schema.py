@@ -40,8 +40,18 @@ from typing import Any
 from ..config import ConfigError, RunConfig
 
 # RunConfig is re-exported: modules that read records import it from here too.
-__all__ = ["SCHEMA_VERSION", "STATUSES", "PASSING_STATUSES", "RunConfig", "RunRecord", "ResultsFile",
-           "ResultsWriteError", "SchemaError", "load_results", "migrate"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "PASSING_STATUSES",
+    "RunConfig",
+    "RunRecord",
+    "ResultsFile",
+    "ResultsWriteError",
+    "SchemaError",
+    "load_results",
+    "migrate",
+]
 
 SCHEMA_VERSION = 1
 # fail_accuracy / eager_nondeterministic: the run was measured (time metrics kept) but its
@@ -61,10 +71,22 @@ class SchemaError(ValueError):
 # A results file from elsewhere is checked against them on load, so a string where a
 # number belongs is a one-line SchemaError rather than a TypeError deep in the statistics.
 NUMERIC_METRIC_PATHS = (
-    ("time_ms", "median"), ("time_ms", "min"), ("time_ms", "max"), ("time_ms", "iqr"), ("time_ms", "q1"),
-    ("time_ms", "q3"), ("time_ms", "ci_low"), ("time_ms", "ci_high"), ("cpu_peak_mb",), ("cpu_delta_mb",),
-    ("gpu_peak_mb",), ("instructions", "per_step"), ("op_counts", "total"), ("flops", "total"),
-    ("flops", "tflops"), ("compile", "compile_s"),
+    ("time_ms", "median"),
+    ("time_ms", "min"),
+    ("time_ms", "max"),
+    ("time_ms", "iqr"),
+    ("time_ms", "q1"),
+    ("time_ms", "q3"),
+    ("time_ms", "ci_low"),
+    ("time_ms", "ci_high"),
+    ("cpu_peak_mb",),
+    ("cpu_delta_mb",),
+    ("gpu_peak_mb",),
+    ("instructions", "per_step"),
+    ("op_counts", "total"),
+    ("flops", "total"),
+    ("flops", "tflops"),
+    ("compile", "compile_s"),
 )
 _SAMPLE_LISTS = (("time_ms", "samples"), ("time_ms", "warmup_samples"))
 
@@ -122,8 +144,13 @@ def _check_run(doc: Any, where: str) -> None:
         _expect(doc, key, lambda v: v is None or isinstance(v, Mapping), "an object or null", where)
     for key in ("options", "model_kwargs"):
         _expect(doc, key, lambda v: isinstance(v, Mapping), "an object", where)
-    _expect(doc, "requested_metrics", lambda v: isinstance(v, list) and all(isinstance(m, str) for m in v),
-            "a list of strings", where)
+    _expect(
+        doc,
+        "requested_metrics",
+        lambda v: isinstance(v, list) and all(isinstance(m, str) for m in v),
+        "a list of strings",
+        where,
+    )
     _check_metrics(doc.get("metrics") or {}, where)
 
 
@@ -366,8 +393,10 @@ def migrate(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(version, int):
         raise SchemaError("results document lacks an integer 'schema_version'")
     if version > SCHEMA_VERSION:
-        raise SchemaError(f"results schema_version {version} is newer than this torchgauge supports "
-                          f"({SCHEMA_VERSION}); upgrade torchgauge")
+        raise SchemaError(
+            f"results schema_version {version} is newer than this torchgauge supports "
+            f"({SCHEMA_VERSION}); upgrade torchgauge"
+        )
     doc = dict(doc)
     while doc["schema_version"] < SCHEMA_VERSION:
         step = _MIGRATIONS.get(doc["schema_version"])

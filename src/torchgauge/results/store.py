@@ -37,8 +37,9 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .schema import ResultsFile, RunConfig, RunRecord, SchemaError
 from .store_tables import (
@@ -95,14 +96,17 @@ class Store:
             (default BUSY_TIMEOUT_S).
     """
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False,
-                 lock_wait_s: float | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False, lock_wait_s: float | None = None
+    ) -> None:
         self.path = Path(path).expanduser()
         self.readonly = readonly
         self.lock_wait_s = BUSY_TIMEOUT_S if lock_wait_s is None else lock_wait_s
         if not self.path.exists():
             if not create or readonly:
-                raise StoreError(f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`")
+                raise StoreError(
+                    f"no history database at {self.path}; record runs with `torchgauge run --db {self.path}`"
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._open()
 
@@ -120,7 +124,7 @@ class Store:
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._init_schema()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -129,7 +133,7 @@ class Store:
     def close(self) -> None:
         self._conn.close()
 
-    def _transaction(self) -> "_Tx":
+    def _transaction(self) -> _Tx:
         return _Tx(self._conn)
 
     def _init_schema(self) -> None:
@@ -166,8 +170,10 @@ class Store:
         except ValueError:
             raise StoreError(f"{self.path} is not a torchgauge history database: schema version {text!r}") from None
         if version > STORE_SCHEMA_VERSION:
-            raise StoreError(f"{self.path} has store schema {version}, newer than this torchgauge "
-                             f"supports ({STORE_SCHEMA_VERSION}); upgrade torchgauge")
+            raise StoreError(
+                f"{self.path} has store schema {version}, newer than this torchgauge "
+                f"supports ({STORE_SCHEMA_VERSION}); upgrade torchgauge"
+            )
         return version
 
     @property
@@ -187,13 +193,26 @@ class Store:
         cur = self._conn.execute(
             "INSERT INTO environments (env_hash, torch_version, torch_git_version, machine_fingerprint, device_name, env_json)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (digest, env.get("torch_version"), env.get("torch_git_version"), env.get("machine_fingerprint"), device, text),
+            (
+                digest,
+                env.get("torch_version"),
+                env.get("torch_git_version"),
+                env.get("machine_fingerprint"),
+                device,
+                text,
+            ),
         )
         return int(cur.lastrowid)
 
     @_sqlite_errors
-    def begin_suite(self, env: Mapping[str, Any], *, source: str = "run", torchgauge_version: str = "",
-                    created_at: str | None = None) -> int:
+    def begin_suite(
+        self,
+        env: Mapping[str, Any],
+        *,
+        source: str = "run",
+        torchgauge_version: str = "",
+        created_at: str | None = None,
+    ) -> int:
         """Record a new, incomplete suite (before its runs) and return its id, the "run id" users see."""
         with self._transaction():
             env_id = self._env_id(env)
@@ -232,10 +251,32 @@ class Store:
             " requested_batch_size, size, repeat, warmup, seed, status, error, started_at, wall_s,"
             " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json, model_code_hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (suite_id, env_id, c.model, record.domain, c.mode, c.device, c.precision, c.backend,
-             record.batch_size, c.batch_size, c.size, c.repeat, c.warmup, c.seed, record.status, record.error,
-             record.started_at, record.wall_s, _dumps(list(c.metrics)), _dumps(c.options.to_dict()),
-             _dumps(dict(c.model_kwargs)), _dumps(metrics), _dumps(samples), record.model_code_hash),
+            (
+                suite_id,
+                env_id,
+                c.model,
+                record.domain,
+                c.mode,
+                c.device,
+                c.precision,
+                c.backend,
+                record.batch_size,
+                c.batch_size,
+                c.size,
+                c.repeat,
+                c.warmup,
+                c.seed,
+                record.status,
+                record.error,
+                record.started_at,
+                record.wall_s,
+                _dumps(list(c.metrics)),
+                _dumps(c.options.to_dict()),
+                _dumps(dict(c.model_kwargs)),
+                _dumps(metrics),
+                _dumps(samples),
+                record.model_code_hash,
+            ),
         )
         return int(cur.lastrowid)
 
@@ -249,8 +290,13 @@ class Store:
             env_id = self._env_id(results.env)
             cur = self._conn.execute(
                 "INSERT INTO suites (created_at, torchgauge_version, env_id, source, completed_at) VALUES (?, ?, ?, ?, ?)",
-                (results.created_at or _now(), results.torchgauge_version, env_id, source,
-                 _now() if results.complete else None),
+                (
+                    results.created_at or _now(),
+                    results.torchgauge_version,
+                    env_id,
+                    source,
+                    _now() if results.complete else None,
+                ),
             )
             suite_id = int(cur.lastrowid)
             for record in results.runs:
@@ -263,9 +309,11 @@ class Store:
     def suites(self, *, machine: str | None = None) -> list[SuiteInfo]:
         """Stored suites, oldest first; ``machine`` restricts to one machine fingerprint."""
         complete = "s.completed_at IS NOT NULL" if self._has_completed_at else "1"
-        sql = ("SELECT s.id, s.created_at, s.source, (SELECT COUNT(*) FROM runs r WHERE r.suite_id = s.id),"
-               f" e.torch_version, e.torch_git_version, e.machine_fingerprint, e.device_name, {complete}"
-               " FROM suites s JOIN environments e ON e.id = s.env_id")
+        sql = (
+            "SELECT s.id, s.created_at, s.source, (SELECT COUNT(*) FROM runs r WHERE r.suite_id = s.id),"
+            f" e.torch_version, e.torch_git_version, e.machine_fingerprint, e.device_name, {complete}"
+            " FROM suites s JOIN environments e ON e.id = s.env_id"
+        )
         args: tuple = ()
         if machine:
             sql += " WHERE e.machine_fingerprint = ?"
@@ -305,13 +353,20 @@ class Store:
         complete = "s.completed_at IS NOT NULL" if self._has_completed_at else "1"
         row = self._conn.execute(
             f"SELECT s.created_at, s.torchgauge_version, s.env_id, e.env_json, {complete} FROM suites s"
-            " JOIN environments e ON e.id = s.env_id WHERE s.id = ?", (suite_id,)).fetchone()
+            " JOIN environments e ON e.id = s.env_id WHERE s.id = ?",
+            (suite_id,),
+        ).fetchone()
         if row is None:
             raise StoreError(f"no stored run {suite_id} in {self.path}")
         created_at, version, env_id, env_json, done = row
         runs = [self._record(r, suite_env_id=env_id) for r in self._runs("WHERE r.suite_id = ?", (suite_id,))]
-        return ResultsFile(env=self._json(env_json, dict, f"run {suite_id}'s environment"), runs=runs,
-                           created_at=created_at, torchgauge_version=version or "", complete=bool(done))
+        return ResultsFile(
+            env=self._json(env_json, dict, f"run {suite_id}'s environment"),
+            runs=runs,
+            created_at=created_at,
+            torchgauge_version=version or "",
+            complete=bool(done),
+        )
 
     def _json(self, text: Any, kind: type, what: str) -> Any:
         """A JSON column's value of the expected type; garbage is a StoreError naming the row."""
@@ -324,20 +379,45 @@ class Store:
         return value
 
     @_sqlite_errors
-    def series(self, model: str, *, mode: str | None = None, device: str | None = None, precision: str | None = None,
-               backend: str | None = None, machine: str | None = None) -> list[SeriesPoint]:
+    def series(
+        self,
+        model: str,
+        *,
+        mode: str | None = None,
+        device: str | None = None,
+        precision: str | None = None,
+        backend: str | None = None,
+        machine: str | None = None,
+    ) -> list[SeriesPoint]:
         """Every stored run of ``model`` (optionally one mode/device/...), oldest first."""
         where, args = ["r.model = ?"], [model]
-        for column, value in (("r.mode", mode), ("r.device", device), ("r.precision", precision),
-                              ("r.backend", backend), ("e.machine_fingerprint", machine)):
+        for column, value in (
+            ("r.mode", mode),
+            ("r.device", device),
+            ("r.precision", precision),
+            ("r.backend", backend),
+            ("e.machine_fingerprint", machine),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
         out = []
         for r in self._runs("WHERE " + " AND ".join(where), tuple(args)):
             rec = self._record(r, suite_env_id=None)
-            out.append(SeriesPoint(r["id"], r["suite_id"], r["suite_created_at"], r["torch_version"],
-                                   r["torch_git_version"], rec.status, rec.metrics, rec.config, rec.env, rec.error))
+            out.append(
+                SeriesPoint(
+                    r["id"],
+                    r["suite_id"],
+                    r["suite_created_at"],
+                    r["torch_version"],
+                    r["torch_git_version"],
+                    rec.status,
+                    rec.metrics,
+                    rec.config,
+                    rec.env,
+                    rec.error,
+                )
+            )
         return out
 
     def _runs(self, where: str, args: tuple) -> list[sqlite3.Row]:
@@ -346,7 +426,9 @@ class Store:
         return cur.execute(
             "SELECT r.*, s.created_at AS suite_created_at, e.torch_version, e.torch_git_version,"
             " e.machine_fingerprint, e.env_json FROM runs r JOIN suites s ON s.id = r.suite_id"
-            f" JOIN environments e ON e.id = r.env_id {where} ORDER BY r.suite_id, r.id", args).fetchall()
+            f" JOIN environments e ON e.id = r.env_id {where} ORDER BY r.suite_id, r.id",
+            args,
+        ).fetchall()
 
     def _record(self, row: sqlite3.Row, *, suite_env_id: int | None) -> RunRecord:
         try:
@@ -363,8 +445,13 @@ class Store:
         if samples:
             metrics.setdefault("time_ms", {}).update(samples)
         config = RunConfig(
-            model=row["model"], mode=row["mode"], device=row["device"], precision=row["precision"],
-            backend=row["backend"], batch_size=row["requested_batch_size"], size=row["size"] or "full",
+            model=row["model"],
+            mode=row["mode"],
+            device=row["device"],
+            precision=row["precision"],
+            backend=row["backend"],
+            batch_size=row["requested_batch_size"],
+            size=row["size"] or "full",
             repeat=row["repeat"] if row["repeat"] is not None else 10,
             warmup=row["warmup"] if row["warmup"] is not None else 3,
             seed=row["seed"] or 0,
@@ -373,10 +460,14 @@ class Store:
             model_kwargs=json.loads(row["model_kwargs_json"] or "{}"),
         )
         return RunRecord(
-            config=config, status=row["status"], domain=row["domain"] or "", error=row["error"], metrics=metrics,
-            batch_size=row["batch_size"], started_at=row["started_at"] or "", wall_s=row["wall_s"] or 0.0,
+            config=config,
+            status=row["status"],
+            domain=row["domain"] or "",
+            error=row["error"],
+            metrics=metrics,
+            batch_size=row["batch_size"],
+            started_at=row["started_at"] or "",
+            wall_s=row["wall_s"] or 0.0,
             env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
             model_code_hash=row["model_code_hash"] if "model_code_hash" in row.keys() else None,  # store schema >= 3
         )
-
-

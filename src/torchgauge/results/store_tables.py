@@ -18,8 +18,16 @@ from typing import Any
 
 from .schema import RunConfig
 
-__all__ = ["BUSY_TIMEOUT_S", "DB_ENV_VAR", "STORE_SCHEMA_VERSION", "SeriesPoint", "StoreError", "StoreLockedError",
-           "SuiteInfo", "default_db_path"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "DB_ENV_VAR",
+    "STORE_SCHEMA_VERSION",
+    "SeriesPoint",
+    "StoreError",
+    "StoreLockedError",
+    "SuiteInfo",
+    "default_db_path",
+]
 
 STORE_SCHEMA_VERSION = 3  # 2: suites.completed_at; 3: runs.model_code_hash
 # Environment variable naming the database (overrides the XDG default).
@@ -81,8 +89,9 @@ def _sqlite_errors(method):
             return method(self, *args, **kwargs)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreLockedError(f"{self.path} stayed locked by another process for more than "
-                                       f"{self.lock_wait_s:g} s") from None
+                raise StoreLockedError(
+                    f"{self.path} stayed locked by another process for more than {self.lock_wait_s:g} s"
+                ) from None
             raise StoreError(f"{self.path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a torchgauge history database, or is damaged: {exc}") from None
@@ -135,7 +144,6 @@ def _dumps(obj: Any) -> str:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
 
 
 class _Tx:

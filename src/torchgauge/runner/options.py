@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 __all__ = ["ISOLATIONS", "RunnerOptions", "apply_threads", "threads_in_this_process", "worker_threads"]
 
@@ -37,7 +37,9 @@ class RunnerOptions:
     # GPU a cluster assigned): workers fork from a long-lived forkserver, not from the caller.
     worker_env: tuple[tuple[str, str], ...] = ()
     pin_threads: bool = False  # restrict each worker to as many CPUs as it has threads
-    start_method: str = field(default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    start_method: str = field(
+        default_factory=lambda: "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    )
     # "per-run": a fresh worker per configuration. "per-model": one worker runs all of a
     # model's configurations in turn (each still built fresh, with its own timeout), saving
     # a worker start per configuration; a crash, OOM or timeout ends that worker and the

@@ -17,8 +17,8 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from ..results.schema import RunConfig, RunRecord
 from .execution import execute
@@ -48,12 +48,16 @@ def _precheck(config: RunConfig) -> tuple[str, RunRecord | None]:
     except UnknownModelError as exc:
         return "", RunRecord(config, "error", error=str(exc))
     if config.mode not in spec.modes:
-        return spec.domain, RunRecord(config, "unsupported", error=(
-            f"{spec.name} does not support mode {config.mode!r} (supports {', '.join(spec.modes)})"))
+        return spec.domain, RunRecord(
+            config,
+            "unsupported",
+            error=(f"{spec.name} does not support mode {config.mode!r} (supports {', '.join(spec.modes)})"),
+        )
     device_type = config.device.split(":")[0]
     if device_type not in spec.devices:
-        return spec.domain, RunRecord(config, "unsupported",
-                                      error=f"{spec.name} does not support device {device_type!r}")
+        return spec.domain, RunRecord(
+            config, "unsupported", error=f"{spec.name} does not support device {device_type!r}"
+        )
     if device_type == "cuda":
         import torch
 
@@ -115,7 +119,9 @@ def run_suite(
         raise ValueError(f"jobs must be >= 1; got {options.jobs}")
     if not (math.isfinite(options.timeout_s) and options.timeout_s > 0):  # nan would disable it
         raise ValueError(f"timeout_s must be a finite number > 0; got {options.timeout_s}")
-    if options.memory_limit_mb is not None and not (math.isfinite(options.memory_limit_mb) and options.memory_limit_mb > 0):
+    if options.memory_limit_mb is not None and not (
+        math.isfinite(options.memory_limit_mb) and options.memory_limit_mb > 0
+    ):
         raise ValueError(f"memory_limit_mb must be a finite number > 0 or None; got {options.memory_limit_mb}")
     if options.threads_per_worker is not None and options.threads_per_worker < 0:
         raise ValueError(f"threads_per_worker must be >= 0 (0: one per CPU); got {options.threads_per_worker}")
@@ -136,8 +142,10 @@ def run_suite(
     # worker -> start time of the config it runs now
     running: dict[Worker, float] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp, \
-                (contextlib.nullcontext() if options.isolate else threads_in_this_process(options)):
+        with (
+            tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp,
+            contextlib.nullcontext() if options.isolate else threads_in_this_process(options),
+        ):
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
             groups = _worker_groups(configs, options.isolation)
@@ -190,8 +198,9 @@ def _report(callback: Callable, arg: object, what: str) -> None:
     try:
         callback(arg)
     except Exception as exc:
-        warnings.warn(f"reporting {what} failed: {type(exc).__name__}: {exc}; the suite goes on", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"reporting {what} failed: {type(exc).__name__}: {exc}; the suite goes on", RuntimeWarning, stacklevel=3
+        )
 
 
 def _file_safe(name: str) -> str:
@@ -199,7 +208,7 @@ def _file_safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:100].lstrip(".") or "model"
 
 
-def _worker_groups(configs: Sequence[RunConfig], isolation: str) -> "collections.deque[list[tuple[int, RunConfig]]]":
+def _worker_groups(configs: Sequence[RunConfig], isolation: str) -> collections.deque[list[tuple[int, RunConfig]]]:
     """(index, config) lists, one per worker, in plan order: one each, or a model's together."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"invalid isolation {isolation!r}; accepted: {', '.join(ISOLATIONS)}")

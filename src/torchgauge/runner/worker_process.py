@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from ..results.schema import RunConfig, RunRecord, SchemaError
 from .execution import error_tail, execute
@@ -51,7 +51,6 @@ def _die_with_parent(signum: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux
         pass
-
 
 
 def forkserver_dies_with_parent() -> None:
@@ -118,8 +117,14 @@ def _watch_parent(parent_alive, scratch: tuple[str, ...]) -> None:
     threading.Thread(target=watch, name="torchgauge-parent-watch", daemon=True).start()
 
 
-def _worker_main(configs: Sequence[RunConfig], options: RunnerOptions, conn, log_path: str, parent_alive=None,
-                 scratch_log: bool = False) -> None:
+def _worker_main(
+    configs: Sequence[RunConfig],
+    options: RunnerOptions,
+    conn,
+    log_path: str,
+    parent_alive=None,
+    scratch_log: bool = False,
+) -> None:
     """Run ``configs`` in turn, sending each record as soon as it exists."""
     # Own session and process group: killing the group kills whatever the model started,
     # and the terminal's Ctrl-C reaches only the parent, which then stops the workers.
@@ -148,7 +153,9 @@ def _worker_main(configs: Sequence[RunConfig], options: RunnerOptions, conn, log
         try:
             record = RunRecord(config, "error", error=setup_error) if setup_error else execute(config)
         except BaseException as exc:  # KeyboardInterrupt, SystemExit
-            record = RunRecord(config, "error", error=error_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()))
+            record = RunRecord(
+                config, "error", error=error_tail(f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
+            )
         conn.send(record.to_dict())
     conn.close()
 
@@ -219,8 +226,15 @@ class Worker:
     the items a dead worker never started.
     """
 
-    def __init__(self, mp_ctx, items: Sequence[tuple[int, RunConfig]], options: RunnerOptions, log_path: str, *,
-                 scratch_log: bool) -> None:
+    def __init__(
+        self,
+        mp_ctx,
+        items: Sequence[tuple[int, RunConfig]],
+        options: RunnerOptions,
+        log_path: str,
+        *,
+        scratch_log: bool,
+    ) -> None:
         self.items = list(items)
         self.configs = [config for _, config in self.items]
         self.position = 0
@@ -230,8 +244,9 @@ class Worker:
         self.recv, send = mp_ctx.Pipe(duplex=False)
         # the parent holds the only writer of this one: EOF in the worker means we died
         alive_r, self.alive_w = mp_ctx.Pipe(duplex=False)
-        self.proc = mp_ctx.Process(target=_worker_main, args=(self.configs, options, send, log_path, alive_r, scratch_log),
-                                   daemon=True)
+        self.proc = mp_ctx.Process(
+            target=_worker_main, args=(self.configs, options, send, log_path, alive_r, scratch_log), daemon=True
+        )
         with _main_module_hidden():
             self.proc.start()
         send.close()  # the child holds the only writer: EOF on recv means it died
@@ -257,7 +272,7 @@ class Worker:
 
     def _end(self, record: RunRecord) -> RunRecord:
         """The worker is gone: the current config gets ``record``, the rest go back to the queue."""
-        self.leftover = self.items[self.position + 1:]
+        self.leftover = self.items[self.position + 1 :]
         self.position = len(self.configs)
         return record
 
@@ -294,11 +309,19 @@ class Worker:
             rss = pid_rss_mb(self.proc.pid) or 0.0
             if rss > opts.memory_limit_mb:
                 self._kill()
-                return self._end(RunRecord(cfg, "oom", error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)"))
+                return self._end(
+                    RunRecord(
+                        cfg,
+                        "oom",
+                        error=f"worker exceeded the memory limit of {opts.memory_limit_mb:.0f} MiB (RSS {rss:.0f} MiB)",
+                    )
+                )
         if time.monotonic() > self.deadline:
             self._kill()
             log = error_tail(_read_log(self.log_path), 5)
-            return self._end(RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else "")))
+            return self._end(
+                RunRecord(cfg, "timeout", error=f"timed out after {opts.timeout_s:g} s" + (f"\n{log}" if log else ""))
+            )
         return None
 
     def _died(self) -> RunRecord:

@@ -10,8 +10,9 @@ Pure: the harness feeds samples in, the rule answers.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .summary import median_ci
 

@@ -15,8 +15,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "DEFAULT_WITHIN",
@@ -80,9 +81,22 @@ class BatchPoint:
         return {**asdict(self), "throughput": self.throughput}
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> "BatchPoint":
-        return cls(**{k: doc.get(k) for k in ("batch_size", "status", "median_ms", "cpu_peak_mb", "gpu_peak_mb", "error",
-                                              "ci_low_ms", "ci_high_ms")})
+    def from_dict(cls, doc: dict[str, Any]) -> BatchPoint:
+        return cls(
+            **{
+                k: doc.get(k)
+                for k in (
+                    "batch_size",
+                    "status",
+                    "median_ms",
+                    "cpu_peak_mb",
+                    "gpu_peak_mb",
+                    "error",
+                    "ci_low_ms",
+                    "ci_high_ms",
+                )
+            }
+        )
 
     @property
     def throughput_interval(self) -> tuple[float, float] | None:
@@ -161,7 +175,7 @@ def implausible_sizes(points: Sequence[BatchPoint], factor: float = IMPLAUSIBLE_
         [1]
     """
     good = sorted((p for p in points if p.ok), key=lambda p: p.batch_size)
-    return [p.batch_size for i, p in enumerate(good) if any(p.median_ms > factor * q.median_ms for q in good[i + 1:])]
+    return [p.batch_size for i, p in enumerate(good) if any(p.median_ms > factor * q.median_ms for q in good[i + 1 :])]
 
 
 def curve_doubts(points: Sequence[BatchPoint], choice: BatchChoice | None) -> list[str]:
@@ -177,17 +191,27 @@ def curve_doubts(points: Sequence[BatchPoint], choice: BatchChoice | None) -> li
     doubts = []
     bad = implausible_sizes(points)
     if bad:
-        doubts.append(f"implausible curve: batch {', '.join(map(str, bad))} took longer per step than a larger batch "
-                      f"by more than {IMPLAUSIBLE_SPEEDUP}x")
+        doubts.append(
+            f"implausible curve: batch {', '.join(map(str, bad))} took longer per step than a larger batch "
+            f"by more than {IMPLAUSIBLE_SPEEDUP}x"
+        )
     if choice is not None:
         best = next(p for p in points if p.ok and p.batch_size == choice.best_batch_size)
         interval = best.throughput_interval
         if interval is not None:
-            close = [p.batch_size for p in points if p.ok and p is not best and p.throughput_interval is not None
-                     and p.throughput_interval[1] >= interval[0]]
+            close = [
+                p.batch_size
+                for p in points
+                if p.ok
+                and p is not best
+                and p.throughput_interval is not None
+                and p.throughput_interval[1] >= interval[0]
+            ]
             if close:
-                doubts.append(f"throughput intervals of batch {best.batch_size} and {', '.join(map(str, close))} "
-                              "overlap: the choice between them is within noise")
+                doubts.append(
+                    f"throughput intervals of batch {best.batch_size} and {', '.join(map(str, close))} "
+                    "overlap: the choice between them is within noise"
+                )
     return doubts
 
 

@@ -27,8 +27,8 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from .corrections import CORRECTIONS, DEFAULT_CORRECTION, adjust_pvalues, benjamini_hochberg, holm
 from .rank_tests import ALTERNATIVES, EXACT_MAX_N, RankTest, mann_whitney_u, min_exact_pvalue, sign_test
@@ -119,7 +119,9 @@ class Change:
         """The median change reaches the threshold (either direction)."""
         return abs(self.change) >= self.threshold and self.change != 0
 
-    def _decide(self, p_greater: float | None, p_less: float | None, tests: int = 1, correction: str = "none") -> "Change":
+    def _decide(
+        self, p_greater: float | None, p_less: float | None, tests: int = 1, correction: str = "none"
+    ) -> Change:
         # ``change > 0`` as well: with threshold 0 ("any change") equal values are not a regression.
         if self.change >= self.threshold and self.change > 0 and (not self.tested or p_greater <= self.alpha):
             return replace(self, p_value=p_greater, verdict="regression", reason=None)
@@ -129,10 +131,16 @@ class Change:
         if self.tested:
             best = attainable_pvalue(self.n_base, self.n_new, tests, correction)
             if best > self.alpha:
-                reason = (f"cannot reach alpha {self.alpha:g}: with {self.n_base} vs {self.n_new} values the smallest "
-                          f"one-sided p is {min_exact_pvalue(self.n_base, self.n_new):.2g}"
-                          + (f", {best:.2g} after {correction} over {tests} tests" if tests > 1 and correction != "none" else "")
-                          + "; measure more repeats or processes")
+                reason = (
+                    f"cannot reach alpha {self.alpha:g}: with {self.n_base} vs {self.n_new} values the smallest "
+                    f"one-sided p is {min_exact_pvalue(self.n_base, self.n_new):.2g}"
+                    + (
+                        f", {best:.2g} after {correction} over {tests} tests"
+                        if tests > 1 and correction != "none"
+                        else ""
+                    )
+                    + "; measure more repeats or processes"
+                )
                 return replace(self, p_value=p, verdict="inconclusive", reason=reason)
         return replace(self, p_value=p, verdict="unchanged", reason=None)
 
@@ -187,7 +195,9 @@ def compare_values(base: float, new: float, *, threshold: float = DEFAULT_THRESH
     base, new = float(base), float(new)
     if math.isnan(base) or math.isnan(new):
         raise ValueError("compare_values needs two numbers, got NaN")
-    return Change(base=base, new=new, change=relative_change(base, new), threshold=threshold, alpha=None)._decide(None, None)
+    return Change(base=base, new=new, change=relative_change(base, new), threshold=threshold, alpha=None)._decide(
+        None, None
+    )
 
 
 def judge(changes: Sequence[Change], correction: str = DEFAULT_CORRECTION) -> list[Change]:

@@ -5,7 +5,7 @@ Pure functions over lists of p-values, results in input order.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["CORRECTIONS", "DEFAULT_CORRECTION", "adjust_pvalues", "benjamini_hochberg", "holm"]
 

@@ -7,8 +7,9 @@ live in :mod:`torchgauge.harness.api_recorders`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "DEFAULT_COVER_TARGET",
@@ -100,7 +101,11 @@ def summarize_coverage(
     """Suite-level numbers: unions, fraction of the API universe, the tagged subset and ratio,
     marginal contributions, greedy order, the smallest covering subset, per-domain counts."""
     tagged = [e for e in entries if against_tag in e.tags]
-    out: dict[str, Any] = {"models": len(entries), "against": against_tag, "tagged_models": sorted(e.model for e in tagged)}
+    out: dict[str, Any] = {
+        "models": len(entries),
+        "against": against_tag,
+        "tagged_models": sorted(e.model for e in tagged),
+    }
     for kind in KINDS:
         suite = _union(entries, kind)
         sub = _union(tagged, kind)
@@ -122,7 +127,11 @@ def summarize_coverage(
     out["cover_target"] = target
     out["modules"] = len(_union_modules(entries))
     out["per_domain"] = {
-        domain: {"models": len(group), "apis": len(_union(group, "apis") & set(universe)), "ops": len(_union(group, "ops"))}
+        domain: {
+            "models": len(group),
+            "apis": len(_union(group, "apis") & set(universe)),
+            "ops": len(_union(group, "ops")),
+        }
         for domain, group in sorted(_by_domain(entries).items())
     }
     return out
@@ -161,5 +170,3 @@ def write_domain_chart(per_domain: dict[str, dict[str, int]], path: str) -> str:
     fig.savefig(path)
     plt.close(fig)
     return path
-
-

@@ -13,8 +13,8 @@ Pure functions (no torch); ``compare`` calls them on two run records::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .compare import Change, compare_values
 

@@ -27,8 +27,8 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = [
     "CPU_TOLERANCE_MB_PER_ITER",
@@ -103,7 +103,7 @@ def window_medians(values: Sequence[float], windows: int = PERSISTENCE_WINDOWS) 
     out, start = [], 0
     for w in range(windows):
         size = base + (1 if w < extra else 0)
-        out.append(_median(values[start:start + size]))
+        out.append(_median(values[start : start + size]))
         start += size
     return out
 
@@ -137,8 +137,9 @@ def detect_leak(
         raise ValueError("memory samples must be finite numbers (MiB)")
     need = min_samples(skip, windows)
     if len(values) < need:
-        raise ValueError(f"leak detection needs at least {need} samples ({skip} skipped + 2 per window), "
-                         f"got {len(values)}")
+        raise ValueError(
+            f"leak detection needs at least {need} samples ({skip} skipped + 2 per window), got {len(values)}"
+        )
     used = values[skip:]
     slope = theil_sen_slope(used)
     medians = window_medians(used, windows)

@@ -11,8 +11,9 @@ solution is negative the fit falls back to a pure power law.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["EXPONENT_RANGE", "MIN_POINTS", "WIDE_EXPONENT_INTERVAL", "PowerLawFit", "fit_power_law"]
 
@@ -56,11 +57,16 @@ class PowerLawFit:
     def describe(self, x_name: str = "x") -> str:
         """E.g. ``1.9e-03 * embedding_dim^1.02 + 0.41  (R^2 0.998, max residual 3.1%)``."""
         bound = ", exponent at search bound: ill-determined" if self.at_bound else ""
-        interval = ("exponent 95% interval: none (no dof left)" if self.b_low is None or self.b_high is None
-                    else f"exponent 95% interval {self.b_low:.3g}..{self.b_high:.3g}")
+        interval = (
+            "exponent 95% interval: none (no dof left)"
+            if self.b_low is None or self.b_high is None
+            else f"exponent 95% interval {self.b_low:.3g}..{self.b_high:.3g}"
+        )
         wide = ", WIDE: the exponent is not determined by these points" if self.b_interval_wide else ""
-        return (f"{self.a:.3g} * {x_name}^{self.b:.3g} + {self.c:.3g}  "
-                f"(R^2 {self.r2:.4f}, max residual {self.max_rel_residual:.1%}, dof {self.dof}{bound}; {interval}{wide})")
+        return (
+            f"{self.a:.3g} * {x_name}^{self.b:.3g} + {self.c:.3g}  "
+            f"(R^2 {self.r2:.4f}, max residual {self.max_rel_residual:.1%}, dof {self.dof}{bound}; {interval}{wide})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,5 +149,15 @@ def fit_power_law(xs: Sequence[float], ys: Sequence[float], *, free_constant: bo
         limit = err * (1.0 + t * t / dof) + 1e-300
         inside = [g for g in grid if sse(g) <= limit] + [b]
         b_low, b_high = min(inside), max(inside)
-    return PowerLawFit(a=a, b=b, c=c, n=len(xs), r2=r2, max_rel_residual=residual, dof=dof,
-                       at_bound=at_bound, b_low=b_low, b_high=b_high)
+    return PowerLawFit(
+        a=a,
+        b=b,
+        c=c,
+        n=len(xs),
+        r2=r2,
+        max_rel_residual=residual,
+        dof=dof,
+        at_bound=at_bound,
+        b_low=b_low,
+        b_high=b_high,
+    )

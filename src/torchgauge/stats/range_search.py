@@ -26,8 +26,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 __all__ = [
     "BAD",
@@ -261,8 +261,9 @@ BIMODAL_GAP_RATIO = 2.0
 BIMODAL_MIN_FRACTION = 0.2
 
 
-def is_bimodal(values: list[float], *, gap_ratio: float = BIMODAL_GAP_RATIO,
-               min_fraction: float = BIMODAL_MIN_FRACTION) -> bool:
+def is_bimodal(
+    values: list[float], *, gap_ratio: float = BIMODAL_GAP_RATIO, min_fraction: float = BIMODAL_MIN_FRACTION
+) -> bool:
     """True when ``values`` fall into two clusters at least ``gap_ratio`` apart.
 
     Example:

@@ -6,9 +6,9 @@ Pure functions (no torch, no I/O); :mod:`torchgauge.stats.compare` builds its ch
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
 
 __all__ = ["ALTERNATIVES", "EXACT_MAX_N", "RankTest", "mann_whitney_u", "min_exact_pvalue", "sign_test"]
 

@@ -15,8 +15,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "DEFAULT_TIE_BAND",
@@ -98,8 +99,7 @@ def ratio_rows(
         metrics: the metric names to take ratios of; a metric missing on a side gives None.
     """
     return [
-        RatioRow(key=key, base=dict(base), new=dict(new),
-                 ratios={m: ratio(base.get(m), new.get(m)) for m in metrics})
+        RatioRow(key=key, base=dict(base), new=dict(new), ratios={m: ratio(base.get(m), new.get(m)) for m in metrics})
         for key, (base, new) in pairs.items()
     ]
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .compare import DEFAULT_THRESHOLD, median, relative_change
 
@@ -134,8 +134,7 @@ def detect_steps(
         [(0, 4)]
     """
     points = [
-        (i, float(v)) for i, v in enumerate(series)
-        if v is not None and not math.isnan(float(v)) and float(v) > 0
+        (i, float(v)) for i, v in enumerate(series) if v is not None and not math.isnan(float(v)) and float(v) > 0
     ]
     n = len(points)
     if n == 0:

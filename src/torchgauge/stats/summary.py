@@ -8,8 +8,8 @@ method, i.e. ``statistics.quantiles(..., method="inclusive")``), so they are def
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 __all__ = [
     "IQR_WARN_THRESHOLD",

@@ -34,8 +34,14 @@ class BackendPair:
     configs: list[RunConfig]  # baseline, candidate, baseline, candidate, ...
     paths: dict[str, Path]  # backend -> results file
 
-    def run(self, runner_options: Any, env: dict[str, Any], *, on_start: Callable[[RunConfig], None] | None = None,
-            on_result: Callable[[RunRecord], None] | None = None) -> tuple[list[RunRecord], list[RunRecord]]:
+    def run(
+        self,
+        runner_options: Any,
+        env: dict[str, Any],
+        *,
+        on_start: Callable[[RunConfig], None] | None = None,
+        on_result: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[list[RunRecord], list[RunRecord]]:
         """Run every configuration isolated; (baseline runs, candidate runs)."""
         from .. import __version__
         from ..runner import run_suite
@@ -82,15 +88,17 @@ def plan_backend_pair(
     if baseline == candidate:
         raise ConfigError("candidate", f"baseline and candidate are both {baseline!r}; name two different backends")
     options = backend_options(candidate, warmup=None, compile_scope=compile_scope, accuracy=accuracy)
-    configs = plan(models, modes=modes, vary={("backend", "options"): [(baseline, RunOptions()), (candidate, options)]},
-                   **settings)
+    configs = plan(
+        models, modes=modes, vary={("backend", "options"): [(baseline, RunOptions()), (candidate, options)]}, **settings
+    )
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     paths = {b: Path(results_dir) / f"backends-{stamp}-{b}.json" for b in (baseline, candidate)}
     return BackendPair(baseline, candidate, configs, paths)
 
 
-def read_backend_pair(base_path: str, cand_path: str, baseline: str | None,
-                      candidate: str | None) -> tuple[list[RunRecord], list[RunRecord], str, str]:
+def read_backend_pair(
+    base_path: str, cand_path: str, baseline: str | None, candidate: str | None
+) -> tuple[list[RunRecord], list[RunRecord], str, str]:
     """(baseline runs, candidate runs, baseline label, candidate label) from two results files
     (they may be the same file). A backend left None is the file's only one; when both sides
     name the same backend (two torch builds, say) the labels name the files.
@@ -116,6 +124,7 @@ def read_backend_pair(base_path: str, cand_path: str, baseline: str | None,
 def _single_backend(runs: Sequence[RunRecord], path: str, side: str) -> str:
     names = sorted({r.config.backend for r in runs})
     if len(names) != 1:
-        raise ConfigError(side, f"{path} holds runs of several backends ({', '.join(names)}); "
-                                "pick one with --baseline/--candidate")
+        raise ConfigError(
+            side, f"{path} holds runs of several backends ({', '.join(names)}); pick one with --baseline/--candidate"
+        )
     return names[0]

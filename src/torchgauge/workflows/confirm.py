@@ -24,16 +24,22 @@ import dataclasses
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ..compare.regression import Comparison, Finding, compare_results
 from ..results.schema import ResultsFile, RunConfig, RunRecord, load_results
 from ..stats.compare import rounds_needed
 
-__all__ = ["ConfirmError", "ConfirmRequest", "confirm_comparison", "recorded_intra_op_threads", "rerun_command",
-           "rerun_configs"]
+__all__ = [
+    "ConfirmError",
+    "ConfirmRequest",
+    "confirm_comparison",
+    "recorded_intra_op_threads",
+    "rerun_command",
+    "rerun_configs",
+]
 
 
 class ConfirmError(RuntimeError):
@@ -69,10 +75,25 @@ def _group_key(c: RunConfig) -> tuple:
 def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, request: ConfirmRequest) -> list[str]:
     """The ``torchgauge run`` command line re-measuring ``configs`` (all of one group)."""
     c = configs[0]
-    cmd = [python, "-m", "torchgauge.cli", "run", f"--mode={c.mode}", f"--device={c.device}",
-           f"--precision={c.precision}", f"--backend={c.backend}", f"--size={c.size}", f"--repeat={c.repeat}",
-           f"--warmup={c.warmup}", f"--seed={c.seed}", f"--metrics={','.join(c.metrics)}",
-           f"--timeout={request.timeout_s}", f"--output={output}", "--quiet", "--no-db"]
+    cmd = [
+        python,
+        "-m",
+        "torchgauge.cli",
+        "run",
+        f"--mode={c.mode}",
+        f"--device={c.device}",
+        f"--precision={c.precision}",
+        f"--backend={c.backend}",
+        f"--size={c.size}",
+        f"--repeat={c.repeat}",
+        f"--warmup={c.warmup}",
+        f"--seed={c.seed}",
+        f"--metrics={','.join(c.metrics)}",
+        f"--timeout={request.timeout_s}",
+        f"--output={output}",
+        "--quiet",
+        "--no-db",
+    ]
     if c.batch_size is not None:
         cmd.append(f"--batch-size={c.batch_size}")
     cmd += [f"--model-file={path}" for path in request.model_files]
@@ -81,8 +102,9 @@ def rerun_command(python: str, configs: Sequence[RunConfig], output: Path, reque
     return [*cmd, "--", *sorted({x.model for x in configs})]
 
 
-def rerun_configs(python: str, configs: Sequence[RunConfig], workdir: Path, request: ConfirmRequest,
-                  tag: str) -> ResultsFile:
+def rerun_configs(
+    python: str, configs: Sequence[RunConfig], workdir: Path, request: ConfirmRequest, tag: str
+) -> ResultsFile:
     """Run ``configs`` once each with ``python`` (fresh worker processes); their records, merged."""
     groups: dict[tuple, list[RunConfig]] = {}
     for c in configs:
@@ -154,9 +176,14 @@ def confirm_comparison(
                 part = rerun_configs(python, configs, Path(tmp), request, f"{side}-{r}")
                 (base_runs if side == "base" else new_runs).extend(part.runs)
                 envs.setdefault(side, part.env)
-    again = compare_results(ResultsFile(env=envs["base"], runs=base_runs),
-                            ResultsFile(env=envs["new"], runs=new_runs), threshold=cmp.threshold, alpha=cmp.alpha,
-                            correction=cmp.correction, time_signal=cmp.time_signal)
+    again = compare_results(
+        ResultsFile(env=envs["base"], runs=base_runs),
+        ResultsFile(env=envs["new"], runs=new_runs),
+        threshold=cmp.threshold,
+        alpha=cmp.alpha,
+        correction=cmp.correction,
+        time_signal=cmp.time_signal,
+    )
     confirmed = {(f.config.key(), f.metric): f for f in again.regressions}
     remeasured = {(f.config.key(), f.metric) for f in (*again.regressions, *again.improvements, *again.unchanged)}
     kept: list[Finding] = []

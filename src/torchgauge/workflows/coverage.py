@@ -29,17 +29,26 @@ class CoverageRun:
             "summary": self.summary,
             "wall_s": self.wall_s,
             "models": {
-                e.model: {"domain": e.domain, "tags": sorted(e.tags), "modes": list(e.modes), "apis": sorted(e.apis),
-                          "ops": sorted(e.ops), "modules": sorted(e.modules)}
+                e.model: {
+                    "domain": e.domain,
+                    "tags": sorted(e.tags),
+                    "modes": list(e.modes),
+                    "apis": sorted(e.apis),
+                    "ops": sorted(e.ops),
+                    "modules": sorted(e.modules),
+                }
                 for e in self.entries
             },
-            "failures": [{"model": r.config.model, "mode": r.config.mode, "status": r.status, "error": r.error}
-                         for r in self.failures],
+            "failures": [
+                {"model": r.config.model, "mode": r.config.mode, "status": r.status, "error": r.error}
+                for r in self.failures
+            ],
         }
 
 
-def coverage_configs(models: Sequence[str], modes: Sequence[str], size: str = "smoke",
-                     device: str = "cpu") -> list[RunConfig]:
+def coverage_configs(
+    models: Sequence[str], modes: Sequence[str], size: str = "smoke", device: str = "cpu"
+) -> list[RunConfig]:
     """One config per (model, mode): no warm-up, no timing, only the coverage pass."""
     return plan(models, modes=modes, device=device, size=size, warmup=0, repeat=1, metrics=("coverage",))
 
@@ -72,8 +81,17 @@ def entries_from_records(records: Sequence[RunRecord]) -> tuple[list[ModelCovera
     entries = []
     for model, slot in acc.items():
         spec = get_spec(model)
-        entries.append(ModelCoverage(model, spec.domain, spec.tags, frozenset(slot["apis"]), frozenset(slot["ops"]),
-                                     frozenset(slot["modules"]), tuple(slot["modes"])))
+        entries.append(
+            ModelCoverage(
+                model,
+                spec.domain,
+                spec.tags,
+                frozenset(slot["apis"]),
+                frozenset(slot["ops"]),
+                frozenset(slot["modules"]),
+                tuple(slot["modes"]),
+            )
+        )
     return entries, failures
 
 

@@ -21,8 +21,20 @@ from ..harness.metrics import quantity
 from ..results.schema import RunRecord
 from ..stats.power_law import MIN_POINTS, PowerLawFit, fit_power_law
 
-__all__ = ["RUN_PARAMETERS", "SWEEP_METRICS", "SWEPT_QUANTITIES", "Axis", "ScalingCurve", "Sweep", "parse_vary", "plan_sweep", "point_of",
-           "point_costs", "fit_curves", "run_sweep"]
+__all__ = [
+    "RUN_PARAMETERS",
+    "SWEEP_METRICS",
+    "SWEPT_QUANTITIES",
+    "Axis",
+    "ScalingCurve",
+    "Sweep",
+    "parse_vary",
+    "plan_sweep",
+    "point_of",
+    "point_costs",
+    "fit_curves",
+    "run_sweep",
+]
 
 # Parameters that belong to the run rather than to the model's architecture.
 RUN_PARAMETERS = ("batch_size",)
@@ -78,8 +90,9 @@ def parse_vary(text: str) -> Axis:
     return Axis(name, values)
 
 
-def plan_sweep(model: str, axes: Sequence[Axis], base: RunConfig | None = None, modes: Sequence[str] | None = None,
-               **settings: Any) -> list[tuple[dict[str, Any], RunConfig]]:
+def plan_sweep(
+    model: str, axes: Sequence[Axis], base: RunConfig | None = None, modes: Sequence[str] | None = None, **settings: Any
+) -> list[tuple[dict[str, Any], RunConfig]]:
     """Every grid point (``{axis name: value}``) with its RunConfig, for each mode in order
     (``base.mode`` when ``modes`` is None), planned by :func:`torchgauge.config.plan`.
 
@@ -141,8 +154,9 @@ class ScalingCurve:
         }
 
 
-def fit_curves(measured: Iterable[tuple[dict[str, Any], str, dict[str, float]]],
-               axes: Sequence[Axis]) -> list[ScalingCurve]:
+def fit_curves(
+    measured: Iterable[tuple[dict[str, Any], str, dict[str, float]]], axes: Sequence[Axis]
+) -> list[ScalingCurve]:
     """Fit every (parameter, fixed others, mode, metric) slice of ``(point, mode, costs)`` triples."""
     measured = list(measured)
     curves: list[ScalingCurve] = []
@@ -187,8 +201,9 @@ class Sweep:
             "model": self.model,
             "axes": {a.name: list(a.values) for a in self.axes},
             "results": str(self.results_path),
-            "points": [{**self.point(r), "mode": r.config.mode, "status": r.status, "costs": point_costs(r)}
-                       for r in self.runs],
+            "points": [
+                {**self.point(r), "mode": r.config.mode, "status": r.status, "costs": point_costs(r)} for r in self.runs
+            ],
             "fits": [c.to_dict() for c in self.curves],
         }
 
@@ -205,8 +220,7 @@ def run_sweep(
     """Run the planned points (:func:`plan_sweep`), saving ``results_path`` after each, and fit them."""
     from ..suite import run_and_save
 
-    results = run_and_save([c for _, c in points], runner_options, results_path, on_start=on_start,
-                           on_result=on_result)
+    results = run_and_save([c for _, c in points], runner_options, results_path, on_start=on_start, on_result=on_result)
     measured = [(point_of(r.config, axes), r.config.mode, point_costs(r)) for r in results.runs]
     model = points[0][1].model if points else ""
     return Sweep(model, axes, results_path, results.runs, fit_curves(measured, axes))

@@ -64,8 +64,9 @@ class SuiteRun:
             self.finished.append(record)
             on_result(record, self._store(record, warn) if self.store is not None else "")
 
-        results = run_and_save(self.configs, runner_options, self.output, env=env, on_start=on_start, on_result=keep,
-                               executor=executor)
+        results = run_and_save(
+            self.configs, runner_options, self.output, env=env, on_start=on_start, on_result=keep, executor=executor
+        )
         if self.store is not None:
             self._finish_stored(warn, info)
         return results

@@ -9,10 +9,10 @@ and the bug rules (:mod:`torchgauge.workflows.diagnose.rules`); ``breakdown --tr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
-from .diagnose.rules import Finding, diagnose
 from ..harness.breakdown import breakdown, step_breakdowns
 from ..harness.events import ProfileTrace
 from ..harness.json_stream import TraceFormatError
@@ -24,9 +24,16 @@ from ..report.kernels import (
     launches_per_step,
     top_kernels,
 )
+from .diagnose.rules import Finding, diagnose
 
-__all__ = ["DeviceAnalysis", "DeviceDiagnosis", "TraceFileError", "analyse_trace_file", "diagnose_trace_file",
-           "map_trace_files"]
+__all__ = [
+    "DeviceAnalysis",
+    "DeviceDiagnosis",
+    "TraceFileError",
+    "analyse_trace_file",
+    "diagnose_trace_file",
+    "map_trace_files",
+]
 
 _Result = TypeVar("_Result")
 
@@ -62,10 +69,19 @@ class DeviceAnalysis(_DeviceOfFile):
     steps_annotated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "device": self.device, "platform": self.platform, "rank": self.rank,
-                "steps_annotated": self.steps_annotated, "skipped": self.skipped, "breakdown": self.breakdown,
-                "per_step": self.per_step, "top_kernels": [r.to_dict() for r in self.top_kernels],
-                "kernel_types": self.kernel_types, "launches_per_step": self.launches}
+        return {
+            "file": self.file,
+            "device": self.device,
+            "platform": self.platform,
+            "rank": self.rank,
+            "steps_annotated": self.steps_annotated,
+            "skipped": self.skipped,
+            "breakdown": self.breakdown,
+            "per_step": self.per_step,
+            "top_kernels": [r.to_dict() for r in self.top_kernels],
+            "kernel_types": self.kernel_types,
+            "launches_per_step": self.launches,
+        }
 
 
 @dataclass
@@ -78,20 +94,31 @@ class DeviceDiagnosis(_DeviceOfFile):
     skipped: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "device": self.device, "steps": self.steps, "span_ms": self.span_ms,
-                "skipped": self.skipped, "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "file": self.file,
+            "device": self.device,
+            "steps": self.steps,
+            "span_ms": self.span_ms,
+            "skipped": self.skipped,
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
 def _analyse(imported: ImportedTrace, device: str, trace: ProfileTrace, top: int) -> DeviceAnalysis:
     per_step = step_breakdowns(trace) if len(trace.steps) > 1 else []
     on_device = trace.kind == "cuda"
     return DeviceAnalysis(
-        file=imported.path, device=device, platform=imported.platform, rank=imported.rank,
-        breakdown=breakdown(trace), per_step=per_step,
+        file=imported.path,
+        device=device,
+        platform=imported.platform,
+        rank=imported.rank,
+        breakdown=breakdown(trace),
+        per_step=per_step,
         top_kernels=top_kernels(trace, top) if on_device else [],
         kernel_types=kernel_type_shares(trace) if on_device else {},
         launches=launches_per_step(trace) if on_device else [],
-        skipped=imported.skipped, steps_annotated=imported.has_step_annotations,
+        skipped=imported.skipped,
+        steps_annotated=imported.has_step_annotations,
     )
 
 
@@ -116,13 +143,22 @@ def diagnose_trace_file(path: str | os.PathLike, *, model_files: tuple[str, ...]
     out = []
     for dev, trace in imported.traces.items():
         lo, hi = trace.window()
-        out.append(DeviceDiagnosis(file=imported.path, device=dev, steps=len(trace.steps), span_ms=(hi - lo) / 1e3,
-                                   findings=diagnose(trace, model_files=model_files), skipped=imported.skipped))
+        out.append(
+            DeviceDiagnosis(
+                file=imported.path,
+                device=dev,
+                steps=len(trace.steps),
+                span_ms=(hi - lo) / 1e3,
+                findings=diagnose(trace, model_files=model_files),
+                skipped=imported.skipped,
+            )
+        )
     return out
 
 
-def map_trace_files(paths: Iterable[str | os.PathLike],
-                    per_file: Callable[[str | os.PathLike], list[_Result]]) -> list[_Result]:
+def map_trace_files(
+    paths: Iterable[str | os.PathLike], per_file: Callable[[str | os.PathLike], list[_Result]]
+) -> list[_Result]:
     """``per_file`` applied to each trace file in turn, the per-device results in one list.
 
     Raises:

@@ -227,10 +227,17 @@ def search_batch_size(
     runner_options = runner_options if runner_options is not None else RunnerOptions()
     spec = get_spec(model)
     # each size below is this eval config at that batch size
-    (eval_config,) = plan([model], modes=("eval",), device=device, size=size, repeat=repeat, warmup=warmup,
-                          metrics=("time", "memory"))
-    search = BatchSearch(model=model, device=device, device_name=device_name(device), size=size,
-                         default_batch_size=spec.eval_batch_size, repeat=repeat)
+    (eval_config,) = plan(
+        [model], modes=("eval",), device=device, size=size, repeat=repeat, warmup=warmup, metrics=("time", "memory")
+    )
+    search = BatchSearch(
+        model=model,
+        device=device,
+        device_name=device_name(device),
+        size=size,
+        default_batch_size=spec.eval_batch_size,
+        repeat=repeat,
+    )
     t0 = time.monotonic()
     batch: int | None = 1
     while batch is not None:
@@ -262,8 +269,14 @@ def search_batch_size(
     return search
 
 
-def tune_models(models: Iterable[str], device: str, store: BatchSizeStore | None, *,
-                on_point: Callable[[str, BatchPoint], None] | None = None, **search: Any) -> list[BatchSearch]:
+def tune_models(
+    models: Iterable[str],
+    device: str,
+    store: BatchSizeStore | None,
+    *,
+    on_point: Callable[[str, BatchPoint], None] | None = None,
+    **search: Any,
+) -> list[BatchSearch]:
     """:func:`search_batch_size` for each model in turn (``search`` are its other keyword
     arguments; ``on_point(model, point)``); each choice goes into ``store``, saved after
     every model, so an interrupted tuning keeps what it found."""
@@ -306,10 +319,12 @@ class BatchSizeStore:
             raise StoreError(f"{self.path} has store schema_version {version!r}; this torchgauge reads {STORE_VERSION}")
         for device, sizes in doc["devices"].items():
             entries = sizes.values() if isinstance(sizes, dict) else [None]
-            if not all(isinstance(models, dict) and all(isinstance(e, dict) for e in models.values())
-                       for models in entries):
-                raise StoreError(f"{self.path}: the entries of device {device!r} are not objects of "
-                                 "size -> model -> entry")
+            if not all(
+                isinstance(models, dict) and all(isinstance(e, dict) for e in models.values()) for models in entries
+            ):
+                raise StoreError(
+                    f"{self.path}: the entries of device {device!r} are not objects of size -> model -> entry"
+                )
         self.devices = doc["devices"]
 
     def get(self, model: str, device_name: str, size: str) -> dict[str, Any] | None:
@@ -323,8 +338,9 @@ class BatchSizeStore:
             return None
         value = entry.get("batch_size")
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise StoreError(f"{self.path}: {model} on {device_name} ({size}) has batch_size {value!r}; "
-                             "accepted: an integer >= 1")
+            raise StoreError(
+                f"{self.path}: {model} on {device_name} ({size}) has batch_size {value!r}; accepted: an integer >= 1"
+            )
         return value
 
     def put(self, search: BatchSearch) -> None:

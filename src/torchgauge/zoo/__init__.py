@@ -40,8 +40,9 @@ def import_zoo_package(package: str, name: str) -> ModuleType:
         ) from None
     except Exception as exc:  # e.g. torchvision built for another torch: operator registration fails
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise UnknownModelError(f"{name}: {package} is installed but does not import with this torch "
-                                f"({type(exc).__name__}: {first})") from None
+        raise UnknownModelError(
+            f"{name}: {package} is installed but does not import with this torch ({type(exc).__name__}: {first})"
+        ) from None
 
 
 def register_zoo_model(name: str) -> ModelSpec:

@@ -29,10 +29,22 @@ SMOKE_SEQ_LEN = 16
 # size="smoke": the fields of this table that the config has are shrunk (two narrow layers),
 # the other fields keep the model type's defaults.
 SMOKE_CONFIG = {
-    "num_hidden_layers": 2, "num_layers": 2, "num_decoder_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
-    "hidden_size": 64, "d_model": 64, "num_attention_heads": 2, "num_heads": 2, "encoder_attention_heads": 2,
-    "decoder_attention_heads": 2, "intermediate_size": 128, "d_ff": 128, "encoder_ffn_dim": 128,
-    "decoder_ffn_dim": 128, "d_kv": 32,
+    "num_hidden_layers": 2,
+    "num_layers": 2,
+    "num_decoder_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "hidden_size": 64,
+    "d_model": 64,
+    "num_attention_heads": 2,
+    "num_heads": 2,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "intermediate_size": 128,
+    "d_ff": 128,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "d_kv": 32,
 }
 
 
@@ -81,15 +93,17 @@ def zoo_spec(model_type: str, transformers: ModuleType) -> ModelSpec:
     config = transformers.AutoConfig.for_model(model_type)
     head = _head(transformers, config)
     if head is None or not hasattr(config, "vocab_size"):
-        raise UnknownModelError(f"hf:{model_type} has no language-model head (seq2seq, masked or causal LM); "
-                                "accepted: text model types such as bert, gpt2, t5")
+        raise UnknownModelError(
+            f"hf:{model_type} has no language-model head (seq2seq, masked or causal LM); "
+            "accepted: text model types such as bert, gpt2, t5"
+        )
     return ModelSpec(
         name=f"hf:{model_type}",
         builder=lambda ctx, **kwargs: _build(ctx, model_type=model_type, **kwargs),
         domain="nlp",
         task="language_modeling",
         source=f"Hugging Face transformers {transformers.__version__} {type(config).__name__} defaults "
-               f"with {head[0].__name__} (Apache-2.0), random weights",
+        f"with {head[0].__name__} (Apache-2.0), random weights",
         train_batch_size=8,
         eval_batch_size=8,
         tags=frozenset({"zoo", "hf"}),

@@ -7,7 +7,8 @@ takes the main ``logits``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 
@@ -28,8 +29,9 @@ def main_logits(outputs: Any) -> Any:
     return outputs
 
 
-def classifier_workload(ctx: BuildContext, module: nn.Module, *, input_size: tuple[int, int, int],
-                        num_classes: int) -> Workload:
+def classifier_workload(
+    ctx: BuildContext, module: nn.Module, *, input_size: tuple[int, int, int], num_classes: int
+) -> Workload:
     """Images ``(B, C, H, W)``, labels ``(B,)``, SGD, cross-entropy on :func:`main_logits`."""
     channels, height, width = input_size
     images = ctx.randn(ctx.batch_size, channels, height, width)

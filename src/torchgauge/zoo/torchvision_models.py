@@ -19,8 +19,9 @@ def _build(ctx: BuildContext, *, arch: str, **kwargs: Any) -> Workload:
     import torchvision
 
     module = torchvision.models.get_model(arch, weights=None, **kwargs)
-    return classifier_workload(ctx, module, input_size=_INPUT_SIZES.get(arch, DEFAULT_INPUT_SIZE),
-                               num_classes=kwargs.get("num_classes", 1000))
+    return classifier_workload(
+        ctx, module, input_size=_INPUT_SIZES.get(arch, DEFAULT_INPUT_SIZE), num_classes=kwargs.get("num_classes", 1000)
+    )
 
 
 def zoo_spec(arch: str, torchvision: ModuleType) -> ModelSpec:
@@ -28,9 +29,15 @@ def zoo_spec(arch: str, torchvision: ModuleType) -> ModelSpec:
     classifiers = torchvision.models.list_models(module=torchvision.models)
     if arch not in classifiers:
         others = [m for m in torchvision.models.list_models() if m == arch]
-        why = "is not a classification model (detection, segmentation and video are not adapted)" if others else "does not exist"
-        raise UnknownModelError(f"torchvision model {arch!r} {why}; accepted: one of torchvision.models.list_models("
-                                f"module=torchvision.models), e.g. {', '.join(sorted(classifiers)[:3])}")
+        why = (
+            "is not a classification model (detection, segmentation and video are not adapted)"
+            if others
+            else "does not exist"
+        )
+        raise UnknownModelError(
+            f"torchvision model {arch!r} {why}; accepted: one of torchvision.models.list_models("
+            f"module=torchvision.models), e.g. {', '.join(sorted(classifiers)[:3])}"
+        )
     return ModelSpec(
         name=f"torchvision:{arch}",
         builder=lambda ctx, **kwargs: _build(ctx, arch=arch, **kwargs),

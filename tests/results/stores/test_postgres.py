@@ -18,24 +18,54 @@ from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.results.store import STORE_SCHEMA_VERSION, Store, StoreError
 from torchgauge.results.stores import open_store
 
-ENV = {"torch_version": "2.13.0", "torch_git_version": "abc123", "machine_fingerprint": "m1", "cpu_model": "Xeon",
-       "gpu_name": None, "hostname": "box-a"}
+ENV = {
+    "torch_version": "2.13.0",
+    "torch_git_version": "abc123",
+    "machine_fingerprint": "m1",
+    "cpu_model": "Xeon",
+    "gpu_name": None,
+    "hostname": "box-a",
+}
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 
 
 def _rec(model: str, median: float, *, mode: str = "eval", status: str = "ok") -> RunRecord:
-    metrics = {"time_ms": {"samples": [median - 0.1, median, median + 0.1], "median": median,
-                           "warmup_samples": [median * 3]}, "cpu_peak_mb": 500.0} if status == "ok" else {}
-    return RunRecord(RunConfig(model, mode=mode, size="smoke", repeat=3, warmup=1, options={"channels_last": True}),
-                     status, domain="vision", metrics=metrics, batch_size=2, started_at="2026-11-23T10:00:00+00:00",
-                     wall_s=1.5, error="boom" if status != "ok" else None)
+    metrics = (
+        {
+            "time_ms": {
+                "samples": [median - 0.1, median, median + 0.1],
+                "median": median,
+                "warmup_samples": [median * 3],
+            },
+            "cpu_peak_mb": 500.0,
+        }
+        if status == "ok"
+        else {}
+    )
+    return RunRecord(
+        RunConfig(model, mode=mode, size="smoke", repeat=3, warmup=1, options={"channels_last": True}),
+        status,
+        domain="vision",
+        metrics=metrics,
+        batch_size=2,
+        started_at="2026-11-23T10:00:00+00:00",
+        wall_s=1.5,
+        error="boom" if status != "ok" else None,
+    )
 
 
 def _fill(store: Store) -> list[int]:
     """The same history in any backend: suites from two machines, a per-run env, an empty suite."""
-    ids = [store.save(ResultsFile(env=dict(ENV, torch_git_version=f"g{i}"), created_at=f"2026-11-2{i}T00:00:00+00:00",
-                                  runs=[_rec("a", 10.0 + i), _rec("a", 1.0, mode="train"), _rec("b", 0, status="oom")]))
-           for i in range(3)]
+    ids = [
+        store.save(
+            ResultsFile(
+                env=dict(ENV, torch_git_version=f"g{i}"),
+                created_at=f"2026-11-2{i}T00:00:00+00:00",
+                runs=[_rec("a", 10.0 + i), _rec("a", 1.0, mode="train"), _rec("b", 0, status="oom")],
+            )
+        )
+        for i in range(3)
+    ]
     other = store.begin_suite(dict(ENV, machine_fingerprint="m2"), created_at="2026-11-25T00:00:00+00:00")
     odd = _rec("a", 99.0)
     odd.env = dict(ENV, hostname="box-b", machine_fingerprint="m2")
@@ -60,7 +90,9 @@ def test_same_history_as_sqlite(pg_url, tmp_path) -> None:
         assert _snapshot(pg) == _snapshot(lite)
         assert pg.load(4).runs[0].env["hostname"] == "box-b"
         count = "SELECT COUNT(*) FROM environments"
-        assert pg._conn.execute(count).fetchone()[0] == lite._conn.execute(count).fetchone()[0] == 6  # de-duplicated alike
+        assert (
+            pg._conn.execute(count).fetchone()[0] == lite._conn.execute(count).fetchone()[0] == 6
+        )  # de-duplicated alike
 
 
 def test_schema_matches_sqlite_column_for_column(pg_url, tmp_path) -> None:
@@ -72,9 +104,13 @@ def test_schema_matches_sqlite_column_for_column(pg_url, tmp_path) -> None:
     with open_store(pg_url) as pg:
         for table in ("meta", "environments", "suites", "runs"):
             lite_cols = [(row[1], bool(row[3] or row[5])) for row in lite.execute(f"PRAGMA table_info({table})")]
-            pg_cols = [(name, nullable == "NO") for name, nullable in pg._conn.execute(
-                "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-                (table,))]
+            pg_cols = [
+                (name, nullable == "NO")
+                for name, nullable in pg._conn.execute(
+                    "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                    (table,),
+                )
+            ]
             assert pg_cols == lite_cols, table  # names, order, NOT NULL (primary keys count as NOT NULL)
 
 
@@ -94,8 +130,9 @@ _WRITER = textwrap.dedent("""
 
 def _writer(script: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
 
 
 def test_two_writer_processes_at_once(pg_url) -> None:
@@ -159,13 +196,17 @@ def test_failed_migration_leaves_the_old_version(pg_url) -> None:
         broken(pg_url)
     with open_store(pg_url) as store:
         assert store.schema_version == STORE_SCHEMA_VERSION
-        columns = [r[0] for r in store._conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")]
+        columns = [
+            r[0]
+            for r in store._conn.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
+        ]
         assert "half" not in columns  # the first step rolled back with the failed second
 
 
 def test_unreachable_server_and_missing_history_are_one_line_errors(pg_url) -> None:
-    with pytest.raises(StoreError, match=r"cannot connect to the history database postgresql://u:\*\*\*@127.0.0.1:1/db"):
+    with pytest.raises(
+        StoreError, match=r"cannot connect to the history database postgresql://u:\*\*\*@127.0.0.1:1/db"
+    ):
         open_store("postgresql://u:secret@127.0.0.1:1/db")
     with pytest.raises(StoreError, match="no torchgauge history in"):
         open_store(pg_url, create=False)

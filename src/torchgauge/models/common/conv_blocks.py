@@ -7,7 +7,7 @@ used by two or more families live here; a family's own blocks stay in its file.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

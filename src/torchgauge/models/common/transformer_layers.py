@@ -81,8 +81,17 @@ def _zero_padding(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     """Self-attention and feed-forward sublayers; ``keep (B, T, 1)`` zeroes padded frames if given."""
 
-    def __init__(self, d_model: int, d_inner: int, n_head: int, d_k: int, d_v: int,
-                 dropout: float = 0.1, bias: bool = False, eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_inner: int,
+        n_head: int,
+        d_k: int,
+        d_v: int,
+        dropout: float = 0.1,
+        bias: bool = False,
+        eps: float = 1e-6,
+    ) -> None:
         super().__init__()
         self.slf_attn = PostNormAttention(d_model, n_head, d_k, d_v, dropout, bias, eps)
         self.pos_ffn = PostNormFeedForward(d_model, d_inner, dropout, eps)
@@ -95,15 +104,30 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention and feed-forward sublayers."""
 
-    def __init__(self, d_model: int, d_inner: int, n_head: int, d_k: int, d_v: int,
-                 dropout: float = 0.1, bias: bool = False, eps: float = 1e-6) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_inner: int,
+        n_head: int,
+        d_k: int,
+        d_v: int,
+        dropout: float = 0.1,
+        bias: bool = False,
+        eps: float = 1e-6,
+    ) -> None:
         super().__init__()
         self.slf_attn = PostNormAttention(d_model, n_head, d_k, d_v, dropout, bias, eps)
         self.enc_attn = PostNormAttention(d_model, n_head, d_k, d_v, dropout, bias, eps)
         self.pos_ffn = PostNormFeedForward(d_model, d_inner, dropout, eps)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, self_mask: torch.Tensor | None,
-                memory_mask: torch.Tensor | None, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         x = _zero_padding(self.slf_attn(x, x, self_mask), keep)
         x = _zero_padding(self.enc_attn(x, memory, memory_mask), keep)
         return _zero_padding(self.pos_ffn(x), keep)

@@ -30,15 +30,24 @@ PAD, UNK, EOS, SOS, MASK = range(5)  # WordVocab's special tokens
 class BERT(nn.Module):
     """BERT encoder with the two pre-training heads (``BERTLM`` in the reference)."""
 
-    def __init__(self, vocab_size: int, hidden: int = 768, n_layers: int = 12, attn_heads: int = 12,
-                 dropout: float = 0.1, max_len: int = 512) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden: int = 768,
+        n_layers: int = 12,
+        attn_heads: int = 12,
+        dropout: float = 0.1,
+        max_len: int = 512,
+    ) -> None:
         super().__init__()
         self.token = nn.Embedding(vocab_size, hidden, padding_idx=PAD)
         self.segment = nn.Embedding(3, hidden, padding_idx=0)  # 0 padding, 1 sentence A, 2 sentence B
         self.register_buffer("position", sinusoid_table(max_len, hidden), persistent=False)
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            Block(hidden, attn_heads, dropout, causal=False, ln_eps=1e-6, gelu_approximate="tanh") for _ in range(n_layers))
+            Block(hidden, attn_heads, dropout, causal=False, ln_eps=1e-6, gelu_approximate="tanh")
+            for _ in range(n_layers)
+        )
         self.next_sentence = nn.Linear(hidden, 2)
         self.mask_lm = nn.Linear(hidden, vocab_size)
 
@@ -69,7 +78,9 @@ def _sentence_pairs(ctx: BuildContext, vocab_size: int, seq_len: int) -> tuple[t
     return tokens, segments, labels, is_next
 
 
-def _pretraining_loss(outputs: tuple[torch.Tensor, torch.Tensor], targets: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def _pretraining_loss(
+    outputs: tuple[torch.Tensor, torch.Tensor], targets: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     next_logp, token_logp = outputs
     is_next, labels = targets
     # The reference ignores class 0 in the next-sentence loss too (one shared NLLLoss); not here.
@@ -86,10 +97,16 @@ def _create_bert(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (tokens, segments), (is_next, labels), loss_fn=_pretraining_loss, optimizer=opt)
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(16, 16), cpu_batch_size=(16, 2), param_count=115_805_991,
-                source="Devlin et al. 2018; codertimo/BERT-pytorch",
-                notes="param_count: the reference implementation at the suite's 20,005-word vocabulary; "
-                      "eval batch 2 on CPU, as TorchBench (16 / 8)")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(16, 16),
+    cpu_batch_size=(16, 2),
+    param_count=115_805_991,
+    source="Devlin et al. 2018; codertimo/BERT-pytorch",
+    notes="param_count: the reference implementation at the suite's 20,005-word vocabulary; "
+    "eval batch 2 on CPU, as TorchBench (16 / 8)",
+)
 def BERT_pytorch(ctx: BuildContext, **kwargs) -> Workload:  # noqa: N802 (the suite's name)
     """BERT-base (12 layers, 768 wide, 12 heads) with masked-LM and next-sentence heads."""
     return _create_bert(ctx, **kwargs)

@@ -154,8 +154,9 @@ class LinearizedConvolution(ConvTBC):
         return F.linear(buffer.view(bsz, -1), weight, self.bias).view(bsz, 1, -1), buffer
 
 
-def _conv(cls: type[ConvTBC], in_channels: int, out_channels: int, kernel_size: int, padding: int,
-          dropout: float) -> ConvTBC:
+def _conv(
+    cls: type[ConvTBC], in_channels: int, out_channels: int, kernel_size: int, padding: int, dropout: float
+) -> ConvTBC:
     return weight_norm(cls(in_channels, out_channels, kernel_size, padding, dropout), dim=2)  # g: (1, 1, C_out)
 
 
@@ -200,8 +201,14 @@ class AttentionLayer(nn.Module):
         self.in_projection = _linear(conv_channels, embed_dim)
         self.out_projection = _linear(embed_dim, conv_channels)
 
-    def forward(self, x: torch.Tensor, target_embedding: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                pad_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        target_embedding: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        pad_mask: torch.Tensor,
+    ) -> torch.Tensor:
         """``keys (B, E, S)`` (pre-transposed z), ``values (B, S, E)`` (z + e), ``pad_mask (B, S)``."""
         residual = x
         x = (self.in_projection(x) + target_embedding) * math.sqrt(0.5)
@@ -246,8 +253,15 @@ class Decoder(nn.Module):
             x = (x + residual) * math.sqrt(0.5)
         return self.fc3(self.dropout(self.fc2(x.transpose(0, 1))))  # (B, T, V)
 
-    def incremental_forward(self, token: torch.Tensor, step: int, keys: torch.Tensor, values: torch.Tensor,
-                            pad_mask: torch.Tensor, buffers: list) -> torch.Tensor:
+    def incremental_forward(
+        self,
+        token: torch.Tensor,
+        step: int,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        pad_mask: torch.Tensor,
+        buffers: list,
+    ) -> torch.Tensor:
         """Newest token ``(B, 1)`` at 0-based ``step`` -> logits ``(B, 1, V)``; ``buffers`` updated in place."""
         positions = torch.full_like(token, PAD + 1 + step)
         x = self.embed_tokens(token) + self.embed_positions(positions)  # (B, 1, E)
@@ -305,8 +319,9 @@ class Translation(Workload):
     def max_grad_norm(self) -> float:
         return self.cfg.clip_norm
 
-    def __init__(self, ctx: BuildContext, module: ConvS2S, inputs: tuple, targets: torch.Tensor,
-                 cfg: ConvS2SConfig, **kwargs) -> None:
+    def __init__(
+        self, ctx: BuildContext, module: ConvS2S, inputs: tuple, targets: torch.Tensor, cfg: ConvS2SConfig, **kwargs
+    ) -> None:
         super().__init__(ctx, module, inputs, targets, **kwargs)
         self.cfg = cfg
 
@@ -343,8 +358,17 @@ def _sentences(ctx: BuildContext, vocab: int, batch: int, length: int, min_len: 
 
 
 def _create_convs2s(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(src_vocab=64, tgt_vocab=48, embed_dim=16, encoder_layers=((16, 3),) * 2,
-                 decoder_layers=((16, 3),) * 2, decoder_out_embed_dim=16, src_len=8, tgt_len=8, min_len=5)
+    smoke = dict(
+        src_vocab=64,
+        tgt_vocab=48,
+        embed_dim=16,
+        encoder_layers=((16, 3),) * 2,
+        decoder_layers=((16, 3),) * 2,
+        decoder_out_embed_dim=16,
+        src_len=8,
+        tgt_len=8,
+        min_len=5,
+    )
     cfg = replace(ConvS2SConfig(), **{**(smoke if ctx.smoke else {}), **kwargs})
     src = _sentences(ctx, cfg.src_vocab, ctx.batch_size, cfg.src_len, cfg.min_len, left_pad=True)
     target = _sentences(ctx, cfg.tgt_vocab, ctx.batch_size, cfg.tgt_len, cfg.min_len, left_pad=False)
@@ -360,13 +384,17 @@ def _create_convs2s(ctx: BuildContext, **kwargs) -> Workload:
     return Translation(ctx, model, (src, prev_tokens), target, cfg, optimizer=opt)
 
 
-@register_model(domain="nlp", task="translation", batch_size=(125, 128), tags=("seq2seq", "generation"),
-                source="Gehring et al., Convolutional Sequence to Sequence Learning, 2017; fairseq fconv_iwslt_de_en "
-                       "(MIT)",
-                param_count=9_618_384,  # counted from fconv_iwslt_de_en on the 8,848 / 6,632-type dictionaries
-                notes="Train batch = 125 sentence pairs of up to 32 tokens (--max-tokens 4000); eval = weight norm "
-                      "folded, incremental greedy decoding of 32 tokens for 128 sentences (fairseq-generate's "
-                      "--batch-size 128; beam 1 instead of 5). Synthetic token ids.")
+@register_model(
+    domain="nlp",
+    task="translation",
+    batch_size=(125, 128),
+    tags=("seq2seq", "generation"),
+    source="Gehring et al., Convolutional Sequence to Sequence Learning, 2017; fairseq fconv_iwslt_de_en (MIT)",
+    param_count=9_618_384,  # counted from fconv_iwslt_de_en on the 8,848 / 6,632-type dictionaries
+    notes="Train batch = 125 sentence pairs of up to 32 tokens (--max-tokens 4000); eval = weight norm "
+    "folded, incremental greedy decoding of 32 tokens for 128 sentences (fairseq-generate's "
+    "--batch-size 128; beam 1 instead of 5). Synthetic token ids.",
+)
 def convs2s_iwslt_de_en(ctx: BuildContext, **kwargs) -> Workload:
     """fconv_iwslt_de_en: 4 + 3 GLU conv blocks of 256, multi-step attention, label smoothing 0.1."""
     return _create_convs2s(ctx, **kwargs)

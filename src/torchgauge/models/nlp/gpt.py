@@ -51,8 +51,9 @@ class SelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, is_causal=self.causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=key_mask, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+        )
         y = y.transpose(1, 2).reshape(B, T, C)  # re-assemble all head outputs side by side
         return self.resid_dropout(self.c_proj(y))
 
@@ -72,8 +73,16 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-LN transformer block: ``x + attn(ln(x))`` then ``x + mlp(ln(x))``."""
 
-    def __init__(self, n_embd: int, n_head: int, dropout: float = 0.0, bias: bool = True, causal: bool = True,
-                 ln_eps: float = 1e-5, gelu_approximate: str = "none") -> None:
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        causal: bool = True,
+        ln_eps: float = 1e-5,
+        gelu_approximate: str = "none",
+    ) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd, eps=ln_eps, bias=bias)
         self.attn = SelfAttention(n_embd, n_head, dropout, bias, causal)
@@ -92,7 +101,9 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
-        self.h = nn.ModuleList(Block(config.n_embd, config.n_head, config.dropout, config.bias) for _ in range(config.n_layer))
+        self.h = nn.ModuleList(
+            Block(config.n_embd, config.n_head, config.dropout, config.bias) for _ in range(config.n_layer)
+        )
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying: module.parameters() yields it once
@@ -118,8 +129,9 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         return self.lm_head(x[:, -1:] if last_only else x)
 
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 top_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def generate(
+        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``max_new_tokens`` after ``idx (B, T)``; returns all ids and the last step's probabilities."""
         for _ in range(max_new_tokens):
             logits = self(idx[:, -self.config.block_size :], last_only=True)[:, -1] / temperature  # (B, V)
@@ -134,8 +146,16 @@ class GPT(nn.Module):
 class GenerationWorkload(Workload):
     """Eval = sampling new tokens after a prompt (one step = the whole generation)."""
 
-    def __init__(self, ctx: BuildContext, module: GPT, prompt: torch.Tensor, *, max_new_tokens: int,
-                 temperature: float, top_k: int) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        module: GPT,
+        prompt: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+    ) -> None:
         super().__init__(ctx, module, (prompt,))
         self.generate_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k)
 
@@ -156,8 +176,9 @@ def _create_gpt(ctx: BuildContext, **kwargs) -> Workload:
     prompt = ctx.randint(1, config.vocab_size, (ctx.batch_size, ctx.pick(64, 8)))
     decay = [p for p in model.parameters() if p.dim() >= 2]  # nanoGPT: no weight decay on biases and norms
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=6e-4, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=6e-4, betas=(0.9, 0.95)
+    )
     return LastLogitsWorkload(ctx, model, (prompt,), optimizer=optimizer)
 
 
@@ -172,10 +193,16 @@ class LastLogitsWorkload(Workload):
         return logits.sum() / logits.numel()
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(1, 1), param_count=124_439_808,
-                source="Radford et al. 2019 (GPT-2); karpathy/nanoGPT; TorchBench nanogpt", tags=("generation",),
-                notes="vocab padded to 50,304 as nanoGPT trains it: 36,096 parameters above GPT-2's published count; "
-                      "as TorchBench: train = mean of the last logits of a 64-token prompt, eval samples 32 tokens")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(1, 1),
+    param_count=124_439_808,
+    source="Radford et al. 2019 (GPT-2); karpathy/nanoGPT; TorchBench nanogpt",
+    tags=("generation",),
+    notes="vocab padded to 50,304 as nanoGPT trains it: 36,096 parameters above GPT-2's published count; "
+    "as TorchBench: train = mean of the last logits of a 64-token prompt, eval samples 32 tokens",
+)
 def nanogpt(ctx: BuildContext, **kwargs) -> Workload:
     """GPT-2 124M (12 layers, 12 heads, 768 wide); TorchBench's 64-token-prompt train step, eval = generation."""
     return _create_gpt(ctx, **kwargs)

@@ -197,7 +197,11 @@ class GPTFast(nn.Module):
             KVCache(max_batch_size, config.n_query_groups, config.block_size, config.head_dim, dtype)
             for _ in range(config.n_layer)
         )
-        self.register_buffer("rope_cache", build_rope_cache(config.block_size, config.head_dim, dtype, config.rope_base), persistent=False)
+        self.register_buffer(
+            "rope_cache",
+            build_rope_cache(config.block_size, config.head_dim, dtype, config.rope_base),
+            persistent=False,
+        )
         causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("mask_cache", causal[None, None], persistent=False)  # (1, 1, S, S)
 

@@ -51,8 +51,17 @@ class LlamaConfig:
 
 
 # TorchBench's llama: Meta's reference ModelArgs defaults with vocab_size=32000.
-TORCHBENCH_LLAMA = LlamaConfig(vocab_size=32000, dim=512, n_layers=8, n_heads=8, n_kv_heads=8, ffn_hidden=1536,
-                               max_seq_len=1024, tie_embeddings=False, max_cache_batch=64)
+TORCHBENCH_LLAMA = LlamaConfig(
+    vocab_size=32000,
+    dim=512,
+    n_layers=8,
+    n_heads=8,
+    n_kv_heads=8,
+    ffn_hidden=1536,
+    max_seq_len=1024,
+    tie_embeddings=False,
+    max_cache_batch=64,
+)
 
 
 class RMSNorm(nn.Module):
@@ -142,8 +151,9 @@ class TransformerBlock(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(config.dim, config.norm_eps)
-        self.attention = Attention(config.dim, config.n_heads, config.n_kv_heads, config.max_cache_batch,
-                                   config.max_seq_len)
+        self.attention = Attention(
+            config.dim, config.n_heads, config.n_kv_heads, config.max_cache_batch, config.max_seq_len
+        )
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
         self.feed_forward = FeedForward(config.dim, config.ffn_hidden)
 
@@ -200,18 +210,28 @@ def _create_smollm(ctx: BuildContext, seq_len: int = 1024, **kwargs) -> Workload
     return language_modeling(ctx, model, vocab_size=model.config.vocab_size, seq_len=ctx.pick(seq_len, 16), lr=3e-4)
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=32, modes=("eval",), param_count=60_039_680,
-                source="Touvron et al. 2023 (LLaMA); TorchBench llama (Meta's reference ModelArgs defaults)",
-                notes="eval only, as TorchBench: 32 all-ones tokens at start_pos 1 through a 64 x 1024 KV cache, "
-                      "last-token logits")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=32,
+    modes=("eval",),
+    param_count=60_039_680,
+    source="Touvron et al. 2023 (LLaMA); TorchBench llama (Meta's reference ModelArgs defaults)",
+    notes="eval only, as TorchBench: 32 all-ones tokens at start_pos 1 through a 64 x 1024 KV cache, last-token logits",
+)
 def llama(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's llama: dim 512, 8 layers, 32k vocabulary, KV cache, last-token logits."""
     return _create_llama_inference(ctx, **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(8, 32), param_count=134_515_008,
-                source="Touvron et al. 2023 (LLaMA); config of HuggingFaceTB/SmolLM-135M",
-                notes="1024-token sequences; GQA 9 query / 3 key-value heads")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(8, 32),
+    param_count=134_515_008,
+    source="Touvron et al. 2023 (LLaMA); config of HuggingFaceTB/SmolLM-135M",
+    notes="1024-token sequences; GQA 9 query / 3 key-value heads",
+)
 def smollm_135m(ctx: BuildContext, **kwargs) -> Workload:
     """Llama architecture at SmolLM-135M size (30 layers, 576 wide, GQA 9/3, tied embeddings)."""
     return _create_smollm(ctx, **kwargs)

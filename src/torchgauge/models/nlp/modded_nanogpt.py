@@ -230,7 +230,9 @@ class ModdedNanoGPT(nn.Module):
         nn.init.zeros_(self.lm_head.weight)
         pad = (-L * 5) % config.world_size
         self.scalars = nn.Parameter(
-            torch.cat([torch.ones(L), torch.tensor([1.0, 0.0]).repeat(L), torch.tensor([0.5, 0.5]).repeat(L), torch.ones(pad)])
+            torch.cat(
+                [torch.ones(L), torch.tensor([1.0, 0.0]).repeat(L), torch.tensor([0.5, 0.5]).repeat(L), torch.ones(pad)]
+            )
         )  # skip weights (L, the first half used), block lambdas (L x 2), attention lambdas (L x 2), padding
         cos, sin = half_truncated_rotary(config.head_dim, config.max_seq_len)
         self.register_buffer("rotary_cos", cos, persistent=False)
@@ -256,7 +258,9 @@ class ModdedNanoGPT(nn.Module):
                 skips.append(x)
         logits = F.linear(rms_norm(x), self.lm_head.weight.type_as(x)).float()  # (1, T, V)
         logits = 30 * torch.sigmoid(logits / 7.5)  # soft cap
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), target_seq, reduction="sum" if self.training else "mean")
+        return F.cross_entropy(
+            logits.view(-1, logits.size(-1)), target_seq, reduction="sum" if self.training else "mean"
+        )
 
 
 class ModdedNanoGPTWorkload(Workload):
@@ -289,6 +293,8 @@ def modded_nanogpt(ctx: BuildContext, **kwargs) -> Workload:
         model = ModdedNanoGPT(config)
     input_seq = ctx.randint(0, config.vocab_size, (config.seq_len,), dtype=torch.int32)
     target_seq = ctx.randint(0, config.vocab_size, (config.seq_len,))
-    window = torch.tensor(window_size_blocks(config.window_progress, config.block_size), dtype=torch.int32, device=ctx.device)
+    window = torch.tensor(
+        window_size_blocks(config.window_progress, config.block_size), dtype=torch.int32, device=ctx.device
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01) if ctx.train else None
     return ModdedNanoGPTWorkload(ctx, model, (input_seq, target_seq, window), optimizer=optimizer)

@@ -29,8 +29,19 @@ __all__ = ["Transformer"]
 class Transformer(nn.Module):
     """Encoder-decoder Transformer with one shared source/target embedding and tied output projection."""
 
-    def __init__(self, vocab_size: int, pad_idx: int, d_model: int = 512, d_inner: int = 2048, n_layers: int = 6,
-                 n_head: int = 8, d_k: int = 64, d_v: int = 64, dropout: float = 0.1, n_position: int = 200) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        pad_idx: int,
+        d_model: int = 512,
+        d_inner: int = 2048,
+        n_layers: int = 6,
+        n_head: int = 8,
+        d_k: int = 64,
+        d_v: int = 64,
+        dropout: float = 0.1,
+        n_position: int = 200,
+    ) -> None:
         super().__init__()
         self.pad_idx, self.d_model = pad_idx, d_model
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_idx)  # src, trg and projection
@@ -39,9 +50,11 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(d_model, eps=1e-6)  # applied to the embeddings, before layer 1
         self.decoder_norm = nn.LayerNorm(d_model, eps=1e-6)
         self.encoder_layers = nn.ModuleList(
-            EncoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout) for _ in range(n_layers))
+            EncoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout) for _ in range(n_layers)
+        )
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout) for _ in range(n_layers))
+            DecoderLayer(d_model, d_inner, n_head, d_k, d_v, dropout) for _ in range(n_layers)
+        )
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
@@ -90,15 +103,21 @@ def _create_transformer(ctx: BuildContext, **kwargs) -> Workload:
 
     def smoothed_cross_entropy(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
         # PyTorch spreads eps over all V classes, the reference over the V - 1 others: same cost.
-        return F.cross_entropy(logits.flatten(0, 1), gold.flatten(), ignore_index=PAD_IDX,
-                               label_smoothing=0.1, reduction="sum")
+        return F.cross_entropy(
+            logits.flatten(0, 1), gold.flatten(), ignore_index=PAD_IDX, label_smoothing=0.1, reduction="sum"
+        )
 
     return Workload(ctx, model, (src, trg[:, :-1]), trg[:, 1:], loss_fn=smoothed_cross_entropy, optimizer=opt)
 
 
-@register_model(domain="nlp", task="translation", batch_size=(256, 32), param_count=48_978_432,
-                source="Vaswani et al. 2017; jadore801120/attention-is-all-you-need-pytorch",
-                notes="param_count: the reference implementation at a 9,521-word shared vocabulary (Multi30k-sized)")
+@register_model(
+    domain="nlp",
+    task="translation",
+    batch_size=(256, 32),
+    param_count=48_978_432,
+    source="Vaswani et al. 2017; jadore801120/attention-is-all-you-need-pytorch",
+    notes="param_count: the reference implementation at a 9,521-word shared vocabulary (Multi30k-sized)",
+)
 def attention_is_all_you_need_pytorch(ctx: BuildContext, **kwargs) -> Workload:
     """Transformer base (6 + 6 layers, d_model 512), shared vocabulary, label smoothing 0.1."""
     return _create_transformer(ctx, **kwargs)

@@ -126,15 +126,20 @@ def _create_skipgram(ctx: BuildContext, **kwargs) -> Workload:
     return SkipGramWorkload(ctx, model, (center, context, noise_probs, queries), cfg, optimizer=opt)
 
 
-@register_model(domain="nlp", task="word_embedding", batch_size=(32, 32), tags=("sparse",),
-                source="Mikolov et al., Distributed Representations of Words and Phrases, 2013; "
-                       "Andras7/word2vec-pytorch SkipGramModel + SparseAdam",
-                param_count=42_774_600,  # 2 tables x 71,291 words (text8, min_count 5) x 300
-                unsupported_precisions=("fp16",),
-                notes="Synthetic Zipf word counts over text8's 71,291-word vocabulary; negatives drawn each step "
-                      "with torch.multinomial from unigram^0.75. Train batch = (center, context) pairs; eval batch "
-                      "= query words, each ranked against the whole vocabulary by cosine similarity (top 10). fp16 "
-                      "unsupported: SparseAdam's sparse add has no Half kernel on CPU (torch 2.13).")
+@register_model(
+    domain="nlp",
+    task="word_embedding",
+    batch_size=(32, 32),
+    tags=("sparse",),
+    source="Mikolov et al., Distributed Representations of Words and Phrases, 2013; "
+    "Andras7/word2vec-pytorch SkipGramModel + SparseAdam",
+    param_count=42_774_600,  # 2 tables x 71,291 words (text8, min_count 5) x 300
+    unsupported_precisions=("fp16",),
+    notes="Synthetic Zipf word counts over text8's 71,291-word vocabulary; negatives drawn each step "
+    "with torch.multinomial from unigram^0.75. Train batch = (center, context) pairs; eval batch "
+    "= query words, each ranked against the whole vocabulary by cosine similarity (top 10). fp16 "
+    "unsupported: SparseAdam's sparse add has no Half kernel on CPU (torch 2.13).",
+)
 def word2vec_skipgram(ctx: BuildContext, **kwargs) -> Workload:
     """Skip-gram with 5 negative samples, 300-d vectors, text8 vocabulary, SparseAdam."""
     return _create_skipgram(ctx, **kwargs)

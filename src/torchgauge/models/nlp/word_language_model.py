@@ -191,45 +191,81 @@ def _create_word_lm(ctx: BuildContext, rnn_type: str, **kwargs) -> Workload:
 
 
 _SOURCE = "pytorch/examples word_language_model (BSD-3-Clause), main.py defaults on Wikitext-2"
-_NOTES = ("Synthetic token ids over Wikitext-2's 33,278-word vocabulary; bptt 35. Plain SGD (lr 20) by hand after "
-          "clip_grad_norm_(0.25), as the reference: fp16 AMP training gets no loss scaling.")
+_NOTES = (
+    "Synthetic token ids over Wikitext-2's 33,278-word vocabulary; bptt 35. Plain SGD (lr 20) by hand after "
+    "clip_grad_norm_(0.25), as the reference: fp16 AMP training gets no loss scaling."
+)
 _COUNT_NOTE = "counted from the reference model.py at main.py's defaults (emsize = nhid = 200, 2 layers, untied)"
 _RNN_TRAIN_EVAL_BATCH = (20, 10)  # main.py --batch_size 20, eval_batch_size 10
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=_RNN_TRAIN_EVAL_BATCH,
-                tags=("rnn",), param_count=13_987_678, unsupported_precisions=("amp",),
-                notes=f"{_NOTES} Parameter count {_COUNT_NOTE}. amp unsupported: on CPU oneDNN cannot build the LSTM "
-                      "primitive under bf16 autocast (torch 2.13); plain bf16/fp16 work.")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=_RNN_TRAIN_EVAL_BATCH,
+    tags=("rnn",),
+    param_count=13_987_678,
+    unsupported_precisions=("amp",),
+    notes=f"{_NOTES} Parameter count {_COUNT_NOTE}. amp unsupported: on CPU oneDNN cannot build the LSTM "
+    "primitive under bf16 autocast (torch 2.13); plain bf16/fp16 work.",
+)
 def word_language_model_lstm(ctx: BuildContext, **kwargs) -> Workload:
     """2-layer LSTM language model (200 units), Wikitext-2 vocabulary."""
     return _create_word_lm(ctx, "LSTM", **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=_RNN_TRAIN_EVAL_BATCH,
-                tags=("rnn",), param_count=13_826_878, notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=_RNN_TRAIN_EVAL_BATCH,
+    tags=("rnn",),
+    param_count=13_826_878,
+    notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.",
+)
 def word_language_model_gru(ctx: BuildContext, **kwargs) -> Workload:
     """2-layer GRU language model (200 units), Wikitext-2 vocabulary."""
     return _create_word_lm(ctx, "GRU", **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=_RNN_TRAIN_EVAL_BATCH,
-                tags=("rnn",), param_count=13_505_278, notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=_RNN_TRAIN_EVAL_BATCH,
+    tags=("rnn",),
+    param_count=13_505_278,
+    notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.",
+)
 def word_language_model_rnn_tanh(ctx: BuildContext, **kwargs) -> Workload:
     """2-layer Elman RNN (tanh) language model (200 units), Wikitext-2 vocabulary."""
     return _create_word_lm(ctx, "RNN_TANH", **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=_RNN_TRAIN_EVAL_BATCH,
-                tags=("rnn",), param_count=13_505_278, notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=_RNN_TRAIN_EVAL_BATCH,
+    tags=("rnn",),
+    param_count=13_505_278,
+    notes=f"{_NOTES} Parameter count {_COUNT_NOTE}.",
+)
 def word_language_model_rnn_relu(ctx: BuildContext, **kwargs) -> Workload:
     """2-layer Elman RNN (ReLU) language model (200 units), Wikitext-2 vocabulary."""
     return _create_word_lm(ctx, "RNN_RELU", **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=_RNN_TRAIN_EVAL_BATCH,
-                tags=("transformer",), param_count=13_828_478,
-                notes=f"{_NOTES} Parameter count {_COUNT_NOTE}, encoder only (2 heads, FFN 200).")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=_RNN_TRAIN_EVAL_BATCH,
+    tags=("transformer",),
+    param_count=13_828_478,
+    notes=f"{_NOTES} Parameter count {_COUNT_NOTE}, encoder only (2 heads, FFN 200).",
+)
 def word_language_model_transformer(ctx: BuildContext, **kwargs) -> Workload:
     """2-layer transformer encoder language model (d 200, 2 heads, FFN 200) with a causal mask."""
     return _create_word_lm(ctx, "Transformer", **kwargs)

@@ -160,8 +160,9 @@ class NTN(nn.Module):
         self.U = nn.Parameter(torch.ones(nr, k))
 
     @staticmethod
-    def score_relation(e1: torch.Tensor, e2: torch.Tensor, w: torch.Tensor, v: torch.Tensor, b: torch.Tensor,
-                       u: torch.Tensor) -> torch.Tensor:
+    def score_relation(
+        e1: torch.Tensor, e2: torch.Tensor, w: torch.Tensor, v: torch.Tensor, b: torch.Tensor, u: torch.Tensor
+    ) -> torch.Tensor:
         """``g(e1, R, e2)`` for ``(M, d)`` entity vectors of one relation with parameters ``W_R, V_R, b_R, u_R``: ``(M,)``."""
         hidden = torch.tanh(F.bilinear(e1, e2, w, b) + F.linear(torch.cat((e1, e2), 1), v))  # (M, k)
         return hidden @ u
@@ -231,8 +232,11 @@ class NTNWorkload(Workload):
 
 # -- builders -----------------------------------------------------------------------------------------
 def _graph_sizes(ctx: BuildContext, cfg):
-    return replace(cfg, num_entities=ctx.pick(cfg.num_entities, SMOKE_ENTITIES),
-                   num_relations=ctx.pick(cfg.num_relations, SMOKE_RELATIONS))
+    return replace(
+        cfg,
+        num_entities=ctx.pick(cfg.num_entities, SMOKE_ENTITIES),
+        num_relations=ctx.pick(cfg.num_relations, SMOKE_RELATIONS),
+    )
 
 
 def _random_triples(ctx: BuildContext, n: int, num_entities: int, num_relations: int) -> torch.Tensor:
@@ -249,8 +253,9 @@ def _create_transe(ctx: BuildContext, **kwargs) -> Workload:
     model = TransE(cfg)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr) if ctx.train else None
     target = torch.tensor([-1.0], device=ctx.device)  # positive distance should be the smaller
-    return TransEWorkload(ctx, model, (positive, negative), target, loss_fn=nn.MarginRankingLoss(margin=cfg.margin),
-                          optimizer=opt)
+    return TransEWorkload(
+        ctx, model, (positive, negative), target, loss_fn=nn.MarginRankingLoss(margin=cfg.margin), optimizer=opt
+    )
 
 
 def _create_ntn(ctx: BuildContext, **kwargs) -> Workload:
@@ -265,30 +270,44 @@ def _create_ntn(ctx: BuildContext, **kwargs) -> Workload:
     else:
         negative = positive
     model = NTN(cfg)
-    opt = (torch.optim.LBFGS(model.parameters(), max_iter=cfg.lbfgs_iters, history_size=cfg.lbfgs_history,
-                             line_search_fn="strong_wolfe")
-           if ctx.train else None)
+    opt = (
+        torch.optim.LBFGS(
+            model.parameters(), max_iter=cfg.lbfgs_iters, history_size=cfg.lbfgs_history, line_search_fn="strong_wolfe"
+        )
+        if ctx.train
+        else None
+    )
     return NTNWorkload(ctx, model, (positive, negative), optimizer=opt)
 
 
-@register_model(domain="recommendation", task="link_prediction", batch_size=(128, 128), tags=("knowledge_graph",),
-                source="Bordes et al., Translating Embeddings for Modeling Multi-relational Data, NeurIPS 2013; "
-                       "mklimasz/TransE-PyTorch",
-                param_count=(FB15K237_ENTITIES + FB15K237_RELATIONS) * 50,  # 738,900: one 50-d row per id
-                notes="Synthetic FB15k-237-sized graph; eval ranks every query's true tail and head among all "
-                      "14,541 entities (raw, unfiltered ranks).")
+@register_model(
+    domain="recommendation",
+    task="link_prediction",
+    batch_size=(128, 128),
+    tags=("knowledge_graph",),
+    source="Bordes et al., Translating Embeddings for Modeling Multi-relational Data, NeurIPS 2013; "
+    "mklimasz/TransE-PyTorch",
+    param_count=(FB15K237_ENTITIES + FB15K237_RELATIONS) * 50,  # 738,900: one 50-d row per id
+    notes="Synthetic FB15k-237-sized graph; eval ranks every query's true tail and head among all "
+    "14,541 entities (raw, unfiltered ranks).",
+)
 def transe_fb15k237(ctx: BuildContext, **kwargs) -> Workload:
     """TransE, d=50, L1 distance, margin 1, SGD, on an FB15k-237-sized graph."""
     return _create_transe(ctx, **kwargs)
 
 
-@register_model(domain="recommendation", task="link_prediction", batch_size=(20000, 128), tags=("knowledge_graph",),
-                source="Socher et al., Reasoning With Neural Tensor Networks for Knowledge Base Completion, "
-                       "NeurIPS 2013; siddharth-agrawal/Neural-Tensor-Network",
-                # entities 14,541 x 100 + per relation (W 4x100x100 + V 4x200 + b 4 + u 4) x 237 = 11,125,596
-                param_count=FB15K237_ENTITIES * 100 + FB15K237_RELATIONS * (4 * 100 * 100 + 4 * 200 + 4 + 4),
-                notes="Train batch = positives (each with 10 corrupted copies); one step is one L-BFGS call of 5 "
-                      "iterations. Entity vectors are free embeddings, not averages of word vectors.")
+@register_model(
+    domain="recommendation",
+    task="link_prediction",
+    batch_size=(20000, 128),
+    tags=("knowledge_graph",),
+    source="Socher et al., Reasoning With Neural Tensor Networks for Knowledge Base Completion, "
+    "NeurIPS 2013; siddharth-agrawal/Neural-Tensor-Network",
+    # entities 14,541 x 100 + per relation (W 4x100x100 + V 4x200 + b 4 + u 4) x 237 = 11,125,596
+    param_count=FB15K237_ENTITIES * 100 + FB15K237_RELATIONS * (4 * 100 * 100 + 4 * 200 + 4 + 4),
+    notes="Train batch = positives (each with 10 corrupted copies); one step is one L-BFGS call of 5 "
+    "iterations. Entity vectors are free embeddings, not averages of word vectors.",
+)
 def ntn_fb15k237(ctx: BuildContext, **kwargs) -> Workload:
     """Neural Tensor Network, d=100, k=4, max-margin loss, L-BFGS, on an FB15k-237-sized graph."""
     return _create_ntn(ctx, **kwargs)

@@ -96,8 +96,9 @@ class DQN(Workload):
 
     eval_grad_mode = "no_grad"  # acting runs under torch.no_grad()
 
-    def __init__(self, ctx: BuildContext, agent: DQNAgent, obs: torch.Tensor, buffer: ReplayBuffer | None,
-                 cfg: DQNConfig) -> None:
+    def __init__(
+        self, ctx: BuildContext, agent: DQNAgent, obs: torch.Tensor, buffer: ReplayBuffer | None, cfg: DQNConfig
+    ) -> None:
         opt = None
         if ctx.train:
             opt = torch.optim.RMSprop(agent.q_network.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_momentum,
@@ -155,14 +156,19 @@ def _create_dqn(ctx: BuildContext, **kwargs) -> Workload:
     return DQN(ctx, agent, obs, buffer, cfg)
 
 
-@register_model(domain="rl", task="atari", batch_size=(32, 32), param_count=3_372_360,
-                source="Mnih et al., Human-level control through deep reinforcement learning, Nature 2015; "
-                       "CleanRL dqn_atari.py (MIT) layout",
-                unsupported_precisions=("fp16", "bf16"),
-                notes="Parameters include the target network (2 x 1,686,180, Breakout's 4 actions). Train batch = "
-                      "replay minibatch; eval batch = envs acting epsilon-greedily (0.05). Synthetic replay of "
-                      "10,000 random-frame transitions. fp16/bf16 unsupported: the uint8 frames / 255 give fp32 "
-                      "inputs, as in the reference (amp works).")
+@register_model(
+    domain="rl",
+    task="atari",
+    batch_size=(32, 32),
+    param_count=3_372_360,
+    source="Mnih et al., Human-level control through deep reinforcement learning, Nature 2015; "
+    "CleanRL dqn_atari.py (MIT) layout",
+    unsupported_precisions=("fp16", "bf16"),
+    notes="Parameters include the target network (2 x 1,686,180, Breakout's 4 actions). Train batch = "
+    "replay minibatch; eval batch = envs acting epsilon-greedily (0.05). Synthetic replay of "
+    "10,000 random-frame transitions. fp16/bf16 unsupported: the uint8 frames / 255 give fp32 "
+    "inputs, as in the reference (amp works).",
+)
 def dqn_nature(ctx: BuildContext, **kwargs) -> Workload:
     """Nature DQN: Nature CNN, Huber loss, centered RMSProp, target network, uniform replay."""
     return _create_dqn(ctx, **kwargs)

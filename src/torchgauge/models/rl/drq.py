@@ -23,7 +23,14 @@ from ...registry import register_model
 from ...workload import BuildContext, Workload
 from .envs import PendulumEnv, PixelPendulum, ReplayBuffer, device_generator
 from .sac import (
-    OffPolicyWorkload, TanhNormal, TwinQ, frozen_copy, mlp, optimizer_step, orthogonal_init, polyak_update,
+    OffPolicyWorkload,
+    TanhNormal,
+    TwinQ,
+    frozen_copy,
+    mlp,
+    optimizer_step,
+    orthogonal_init,
+    polyak_update,
     squashed_gaussian,
 )  # fmt: skip
 

@@ -63,7 +63,7 @@ class PendulumEnv:
         self.elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
 
     @classmethod
-    def for_workload(cls, ctx: BuildContext, train_envs: int) -> "PendulumEnv":
+    def for_workload(cls, ctx: BuildContext, train_envs: int) -> PendulumEnv:
         """``train_envs`` pendulums in training; in eval the batch size is the number of envs acting."""
         return cls(train_envs if ctx.train else ctx.batch_size, ctx.device, device_generator(ctx))
 
@@ -211,7 +211,7 @@ class ReplayBuffer:
     @classmethod
     def for_training(
         cls, ctx: BuildContext, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, action_dim: int
-    ) -> "ReplayBuffer | None":
+    ) -> ReplayBuffer | None:
         """A buffer of (obs, action, reward, next_obs, terminal) rows on ``ctx.device``; None in eval.
 
         At size="smoke" it holds four batches instead of ``capacity``.

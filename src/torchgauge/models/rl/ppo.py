@@ -203,8 +203,15 @@ class RolloutBuffer:
     next_done: torch.Tensor  # (num_envs,)
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-        next_done: torch.Tensor, gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    next_done: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimates and returns ``(T, N)`` by the reference's backward loop."""
     advantages = torch.zeros_like(rewards)
     lastgaelam = 0
@@ -228,8 +235,9 @@ class PPO(Workload):
     def max_grad_norm(self) -> float:
         return self.cfg.max_grad_norm  # CleanRL: clip_grad_norm_(agent.parameters(), 0.5) per minibatch
 
-    def __init__(self, ctx: BuildContext, agent: nn.Module, obs: torch.Tensor, buffer: RolloutBuffer | None,
-                 cfg: PPOConfig) -> None:
+    def __init__(
+        self, ctx: BuildContext, agent: nn.Module, obs: torch.Tensor, buffer: RolloutBuffer | None, cfg: PPOConfig
+    ) -> None:
         opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5) if ctx.train else None
         super().__init__(ctx, agent, (obs,), optimizer=opt)
         self.buffer, self.cfg = buffer, cfg
@@ -238,8 +246,15 @@ class PPO(Workload):
     def forward(self) -> tuple[torch.Tensor, ...]:
         return self.module.get_action_and_value(self.inputs[0])
 
-    def minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor,
-                       advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def minibatch_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        logprobs: torch.Tensor,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
         """Clipped surrogate + clipped value loss - entropy bonus on one minibatch."""
         cfg = self.cfg
         _, newlogprob, entropy, newvalue = self.module.get_action_and_value(obs, actions)
@@ -335,9 +350,14 @@ def ppo_continuous(ctx: BuildContext, **kwargs) -> Workload:
     return _create_ppo(ctx, {}, **kwargs)
 
 
-@register_model(domain="rl", task="atari", batch_size=(1024, 8), param_count=1_686_693,
-                source="Schulman et al., Proximal Policy Optimization Algorithms, 2017; CleanRL ppo_atari.py (MIT)",
-                notes=f"{_NOTES} Breakout's 4 actions; 8 envs x 128 steps; random 4x84x84 frames.")
+@register_model(
+    domain="rl",
+    task="atari",
+    batch_size=(1024, 8),
+    param_count=1_686_693,
+    source="Schulman et al., Proximal Policy Optimization Algorithms, 2017; CleanRL ppo_atari.py (MIT)",
+    notes=f"{_NOTES} Breakout's 4 actions; 8 envs x 128 steps; random 4x84x84 frames.",
+)
 def ppo_atari(ctx: BuildContext, **kwargs) -> Workload:
     """PPO, Nature-CNN with Categorical policy, 4 epochs x 4 minibatches of an 8 x 128-step rollout."""
     return _create_ppo(ctx, ATARI, **kwargs)

@@ -178,7 +178,7 @@ class OffPolicyWorkload(Workload):
         self.buffer.add(obs=self.obs, action=action, reward=reward, next_obs=next_obs, terminal=terminal)
         self.obs = self.env.observation()  # after any time-limit reset
 
-    def warm_up(self) -> "OffPolicyWorkload":
+    def warm_up(self) -> OffPolicyWorkload:
         """Fill the buffer with one batch of random-action transitions (build time, not timed)."""
         if self.buffer is not None:
             while len(self.buffer) < self.batch_size:

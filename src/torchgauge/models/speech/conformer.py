@@ -83,16 +83,16 @@ def mel_to_hz(mel: torch.Tensor | float) -> torch.Tensor:
     return 700.0 * (10.0 ** (torch.as_tensor(mel, dtype=torch.float64) / 2595.0) - 1.0)
 
 
-def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 0.0,
-                   f_max: float | None = None) -> torch.Tensor:
+def mel_filterbank(
+    n_mels: int, n_fft: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None
+) -> torch.Tensor:
     """Triangular filters ``(n_mels, n_fft // 2 + 1)`` over the rfft bins, float64, unnormalised (peak 1).
 
     Filter ``m`` rises linearly in Hz from edge ``m`` to its centre ``m + 1`` and falls to edge
     ``m + 2``, where the ``n_mels + 2`` edges are equally spaced on the mel scale.
     """
     f_max = sample_rate / 2 if f_max is None else f_max
-    edges = mel_to_hz(torch.linspace(hz_to_mel(f_min).item(), hz_to_mel(f_max).item(), n_mels + 2,
-                                     dtype=torch.float64))
+    edges = mel_to_hz(torch.linspace(hz_to_mel(f_min).item(), hz_to_mel(f_max).item(), n_mels + 2, dtype=torch.float64))
     bins = torch.linspace(0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # (K,)
     left, centre, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (M, 1) each
     rising = (bins - left) / (centre - left)
@@ -107,13 +107,13 @@ class LogMelFrontEnd(nn.Module):
         super().__init__()
         self.n_fft, self.hop_length, self.floor = cfg.n_fft, cfg.hop_length, cfg.log_floor
         self.register_buffer("window", torch.hann_window(cfg.n_fft), persistent=False)
-        self.register_buffer("mel_fb", mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).float(),
-                             persistent=False)
+        self.register_buffer("mel_fb", mel_filterbank(cfg.n_mels, cfg.n_fft, cfg.sample_rate).float(), persistent=False)
 
     def forward(self, wave: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = torch.promote_types(wave.dtype, torch.float32)  # no half-precision STFT on every device
-        spec = torch.stft(wave.to(dtype), self.n_fft, self.hop_length, window=self.window.to(dtype),
-                          center=True, return_complex=True)  # (B, n_fft/2 + 1, T)
+        spec = torch.stft(
+            wave.to(dtype), self.n_fft, self.hop_length, window=self.window.to(dtype), center=True, return_complex=True
+        )  # (B, n_fft/2 + 1, T)
         power = spec.real.square() + spec.imag.square()
         feats = torch.matmul(self.mel_fb.to(dtype), power).clamp_min(self.floor).log().transpose(1, 2)  # (B, T, M)
         frames = 1 + lengths // self.hop_length  # frames centred inside the utterance
@@ -201,19 +201,29 @@ class RelPositionSelfAttention(nn.Module):
         B, T, d = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.h, self.dk).unbind(2)  # (B, T, h, dk) each
         p = self.pos(pos_emb).view(2 * T - 1, self.h, self.dk).transpose(0, 1)  # (h, 2T-1, dk)
-        bd = rel_shift(((q + self.pos_bias_v).transpose(1, 2) @ p.transpose(1, 2)))  # (B, h, T, T)
+        bd = rel_shift((q + self.pos_bias_v).transpose(1, 2) @ p.transpose(1, 2))  # (B, h, T, T)
         bias = (bd / math.sqrt(self.dk)).masked_fill(~key_valid[:, None, None, :], float("-inf"))
         # (q + u) k^T / sqrt(dk) + bias: the position term enters the fused kernel as an additive mask
-        out = F.scaled_dot_product_attention((q + self.pos_bias_u).transpose(1, 2), k.transpose(1, 2),
-                                             v.transpose(1, 2), attn_mask=bias,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            (q + self.pos_bias_u).transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=bias,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
         return self.out(out.transpose(1, 2).reshape(B, T, d))
 
 
 class FeedForward(nn.Sequential):
     def __init__(self, d: int, mult: int, dropout: float) -> None:
-        super().__init__(nn.LayerNorm(d), nn.Linear(d, mult * d), nn.SiLU(), nn.Dropout(dropout),
-                         nn.Linear(mult * d, d), nn.Dropout(dropout))
+        super().__init__(
+            nn.LayerNorm(d),
+            nn.Linear(d, mult * d),
+            nn.SiLU(),
+            nn.Dropout(dropout),
+            nn.Linear(mult * d, d),
+            nn.Dropout(dropout),
+        )
 
 
 class ConvModule(nn.Module):
@@ -287,8 +297,9 @@ class ConformerCTC(nn.Module):
         return self.head(x), out_lengths
 
 
-def ctc_greedy_decode(logits: torch.Tensor, lengths: torch.Tensor,
-                      blank: int = BLANK) -> tuple[torch.Tensor, torch.Tensor]:
+def ctc_greedy_decode(
+    logits: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Best path per frame, repeats collapsed and blanks dropped, for the whole batch at once.
 
     Args:
@@ -346,10 +357,16 @@ def _create_conformer(ctx: BuildContext, seconds: float = 10.0, **kwargs) -> Wor
     return CTCWorkload(ctx, model, (wave, lengths), (targets, target_lengths), optimizer=opt)
 
 
-@register_model(domain="speech", task="speech_recognition", batch_size=(8, 8), param_count=8_694_317,
-                tags=("stft", "ctc"), source="Gulati et al. 2020, Conformer (S) encoder with a CTC head",
-                notes="param_count: encoder (8.69 M) + CTC head; the paper's 10.3 M includes its LSTM decoder; "
-                      "eval = greedy CTC decoding")
+@register_model(
+    domain="speech",
+    task="speech_recognition",
+    batch_size=(8, 8),
+    param_count=8_694_317,
+    tags=("stft", "ctc"),
+    source="Gulati et al. 2020, Conformer (S) encoder with a CTC head",
+    notes="param_count: encoder (8.69 M) + CTC head; the paper's 10.3 M includes its LSTM decoder; "
+    "eval = greedy CTC decoding",
+)
 def conformer_ctc(ctx: BuildContext, **kwargs) -> Workload:
     """Conformer(S) (d 144, 16 blocks, rel-pos MHSA) + CTC over 29 characters, log-mel front-end on 10 s clips."""
     return _create_conformer(ctx, **kwargs)

@@ -87,8 +87,9 @@ class DDSPConfig:
 
 
 # -- DSP building blocks (core.py) ----------------------------------------------------------------
-def exp_sigmoid(x: torch.Tensor, exponent: float = 10.0, max_value: float = 2.0,
-                threshold: float = 1e-7) -> torch.Tensor:
+def exp_sigmoid(
+    x: torch.Tensor, exponent: float = 10.0, max_value: float = 2.0, threshold: float = 1e-7
+) -> torch.Tensor:
     """``max_value * sigmoid(x) ** log(exponent) + threshold``: positive, with a slow tail."""
     return max_value * torch.sigmoid(x) ** math.log(exponent) + threshold
 
@@ -124,8 +125,7 @@ def linear_resample(x: torch.Tensor, n_timesteps: int) -> torch.Tensor:
     return F.interpolate(x.transpose(1, 2), size=n_timesteps, mode="linear", align_corners=False).transpose(1, 2)
 
 
-def harmonic_synthesis(f0_hz: torch.Tensor, amplitudes: torch.Tensor, sample_rate: int,
-                       n_samples: int) -> torch.Tensor:
+def harmonic_synthesis(f0_hz: torch.Tensor, amplitudes: torch.Tensor, sample_rate: int, n_samples: int) -> torch.Tensor:
     """Sum of harmonics of ``f0_hz`` ``(B, N, 1)`` with per-harmonic amplitudes ``(B, N, K)`` -> ``(B, n_samples)``."""
     k = torch.arange(1, amplitudes.size(-1) + 1, dtype=f0_hz.dtype, device=f0_hz.device)
     frequency_envelopes = linear_resample(f0_hz * k, n_samples)  # (B, T, K) Hz
@@ -231,8 +231,14 @@ def a_weighting_db(freqs: torch.Tensor, min_db: float = -80.0) -> torch.Tensor:
     """IEC 61672 A-weighting in dB (librosa.A_weighting), floored at ``min_db``."""
     c = torch.tensor([12194.217, 20.598997, 107.65265, 737.86223], dtype=freqs.dtype, device=freqs.device) ** 2
     f_sq = freqs**2
-    db = 2.0 + 20.0 * (torch.log10(c[0]) + 2 * torch.log10(f_sq) - torch.log10(f_sq + c[0])
-                       - torch.log10(f_sq + c[1]) - 0.5 * torch.log10(f_sq + c[2]) - 0.5 * torch.log10(f_sq + c[3]))
+    db = 2.0 + 20.0 * (
+        torch.log10(c[0])
+        + 2 * torch.log10(f_sq)
+        - torch.log10(f_sq + c[0])
+        - torch.log10(f_sq + c[1])
+        - 0.5 * torch.log10(f_sq + c[2])
+        - 0.5 * torch.log10(f_sq + c[3])
+    )
     return db.clamp_min(min_db)
 
 
@@ -276,8 +282,9 @@ class DDSPWorkload(Workload):
         return multiscale_spectral_loss(self.targets.float(), outputs, self.module.cfg.fft_sizes)
 
 
-_SMOKE = dict(n_samples=1600, ch=16, rnn_channels=16, n_harmonics=8, n_noise_magnitudes=9, reverb_length=800,
-              fft_sizes=(256, 64))
+_SMOKE = dict(
+    n_samples=1600, ch=16, rnn_channels=16, n_harmonics=8, n_noise_magnitudes=9, reverb_length=800, fft_sizes=(256, 64)
+)
 
 
 def _create_ddsp(ctx: BuildContext, **kwargs) -> Workload:
@@ -288,11 +295,16 @@ def _create_ddsp(ctx: BuildContext, **kwargs) -> Workload:
     return DDSPWorkload(ctx, model, (f0, loudness), audio, optimizer=opt)
 
 
-@register_model(domain="speech", task="audio_synthesis", batch_size=(32, 32), tags=("fft", "dsp"),
-                source="Engel et al., DDSP, ICLR 2020; magenta/ddsp solo_instrument.gin",
-                unsupported_precisions=("fp16",),
-                notes="synthesizers and spectral loss run in fp32 (as the reference); loudness computed at build time. "
-                      "fp16 unsupported: pure-fp16 training goes non-finite within two smoke steps; amp works.")
+@register_model(
+    domain="speech",
+    task="audio_synthesis",
+    batch_size=(32, 32),
+    tags=("fft", "dsp"),
+    source="Engel et al., DDSP, ICLR 2020; magenta/ddsp solo_instrument.gin",
+    unsupported_precisions=("fp16",),
+    notes="synthesizers and spectral loss run in fp32 (as the reference); loudness computed at build time. "
+    "fp16 unsupported: pure-fp16 training goes non-finite within two smoke steps; amp works.",
+)
 def ddsp_autoencoder(ctx: BuildContext, **kwargs) -> Workload:
     """DDSP solo-instrument autoencoder: f0 + loudness -> GRU decoder -> harmonic + filtered noise + reverb."""
     return _create_ddsp(ctx, **kwargs)

@@ -28,7 +28,6 @@ above; no code copied. Parameters: 41,187,968, counted from the reference config
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -135,22 +134,29 @@ class DeepSpeech2(nn.Module):
 
     def __init__(self, cfg: DeepSpeech2Config) -> None:
         super().__init__()
-        self.conv = MaskConv(nn.Sequential(
-            nn.Conv2d(1, 32, kernel_size=(41, 11), stride=(2, 2), padding=(20, 5)),
-            nn.BatchNorm2d(32),
-            nn.Hardtanh(0, 20, inplace=True),
-            nn.Conv2d(32, 32, kernel_size=(21, 11), stride=(2, 1), padding=(10, 5)),
-            nn.BatchNorm2d(32),
-            nn.Hardtanh(0, 20, inplace=True),
-        ))
+        self.conv = MaskConv(
+            nn.Sequential(
+                nn.Conv2d(1, 32, kernel_size=(41, 11), stride=(2, 2), padding=(20, 5)),
+                nn.BatchNorm2d(32),
+                nn.Hardtanh(0, 20, inplace=True),
+                nn.Conv2d(32, 32, kernel_size=(21, 11), stride=(2, 1), padding=(10, 5)),
+                nn.BatchNorm2d(32),
+                nn.Hardtanh(0, 20, inplace=True),
+            )
+        )
         freq = cfg.n_fft // 2 + 1
         freq = (freq + 2 * 20 - 41) // 2 + 1
         freq = (freq + 2 * 10 - 21) // 2 + 1
         h = cfg.hidden_size
-        self.rnns = nn.ModuleList(BatchRNN(32 * freq if i == 0 else h, h, cfg.bidirectional, batch_norm=i > 0)
-                                  for i in range(cfg.hidden_layers))
-        self.lookahead = None if cfg.bidirectional else nn.Sequential(
-            Lookahead(h, cfg.lookahead_context), nn.Hardtanh(0, 20, inplace=True))
+        self.rnns = nn.ModuleList(
+            BatchRNN(32 * freq if i == 0 else h, h, cfg.bidirectional, batch_norm=i > 0)
+            for i in range(cfg.hidden_layers)
+        )
+        self.lookahead = (
+            None
+            if cfg.bidirectional
+            else nn.Sequential(Lookahead(h, cfg.lookahead_context), nn.Hardtanh(0, 20, inplace=True))
+        )
         self.fc = SequenceWise(nn.Sequential(nn.BatchNorm1d(h), nn.Linear(h, cfg.num_classes, bias=False)))
 
     def get_seq_lens(self, lengths: torch.Tensor) -> torch.Tensor:
@@ -187,8 +193,13 @@ def ctc_greedy_decode(probs: torch.Tensor, lengths: torch.Tensor, blank: int = B
 def spectrogram(audio: torch.Tensor, cfg: DeepSpeech2Config) -> torch.Tensor:
     """Waveforms ``(B, T)`` to normalised ``log1p |STFT|`` ``(B, 1, n_fft // 2 + 1, frames)`` (the data loader)."""
     window = torch.hamming_window(cfg.n_fft, device=audio.device)
-    spect = torch.stft(audio, cfg.n_fft, cfg.hop_length, window=window, center=True, pad_mode="reflect",
-                       return_complex=True).abs().log1p()
+    spect = (
+        torch.stft(
+            audio, cfg.n_fft, cfg.hop_length, window=window, center=True, pad_mode="reflect", return_complex=True
+        )
+        .abs()
+        .log1p()
+    )
     mean, std = spect.mean(dim=(1, 2), keepdim=True), spect.std(dim=(1, 2), keepdim=True)
     return ((spect - mean) / std).unsqueeze(1)
 
@@ -200,8 +211,9 @@ class CTCWorkload(Workload):
         out, output_lengths = outputs
         targets, target_lengths = self.targets
         log_probs = out.transpose(0, 1).float().log_softmax(-1)  # (T, B, V), fp32 for the loss
-        loss = F.ctc_loss(log_probs, targets, output_lengths, target_lengths, blank=BLANK, reduction="sum",
-                          zero_infinity=True)
+        loss = F.ctc_loss(
+            log_probs, targets, output_lengths, target_lengths, blank=BLANK, reduction="sum", zero_infinity=True
+        )
         return loss / out.size(0)  # averaged over the minibatch
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
@@ -211,8 +223,15 @@ class CTCWorkload(Workload):
         return out, ctc_greedy_decode(out, output_lengths)
 
 
-_SMOKE = dict(window_size=0.004, window_stride=0.002, hidden_size=16, hidden_layers=2, lookahead_context=3,
-              max_frames=40, max_transcript=6)
+_SMOKE = dict(
+    window_size=0.004,
+    window_stride=0.002,
+    hidden_size=16,
+    hidden_layers=2,
+    lookahead_context=3,
+    max_frames=40,
+    max_transcript=6,
+)
 
 
 def _create_deepspeech2(ctx: BuildContext, **kwargs) -> Workload:
@@ -228,9 +247,17 @@ def _create_deepspeech2(ctx: BuildContext, **kwargs) -> Workload:
     target_lengths = torch.minimum(target_lengths, frames * cfg.max_transcript // cfg.max_frames).clamp_min(1)
     targets = ctx.randint(1, cfg.num_classes, (int(target_lengths.sum()),))  # concatenated, as the reference
     model = DeepSpeech2(cfg)
-    workload = CTCWorkload(ctx, model, (spect, frames), (targets, target_lengths), optimizer=(
-        torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True, weight_decay=1e-5)
-        if ctx.train else None))
+    workload = CTCWorkload(
+        ctx,
+        model,
+        (spect, frames),
+        (targets, target_lengths),
+        optimizer=(
+            torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True, weight_decay=1e-5)
+            if ctx.train
+            else None
+        ),
+    )
     workload.max_grad_norm = cfg.max_norm
     return workload
 
@@ -238,15 +265,28 @@ def _create_deepspeech2(ctx: BuildContext, **kwargs) -> Workload:
 _SOURCE = "Amodei et al., Deep Speech 2, ICML 2016; SeanNaren/deepspeech.pytorch (2019 defaults)"
 
 
-@register_model(domain="speech", task="recognition", batch_size=(20, 20), tags=("ctc", "rnn"), param_count=41_187_968,
-                source=_SOURCE, notes="eval = softmax + greedy CTC decoding; CTC loss in fp32")
+@register_model(
+    domain="speech",
+    task="recognition",
+    batch_size=(20, 20),
+    tags=("ctc", "rnn"),
+    param_count=41_187_968,
+    source=_SOURCE,
+    notes="eval = softmax + greedy CTC decoding; CTC loss in fp32",
+)
 def deepspeech2(ctx: BuildContext, **kwargs) -> Workload:
     """DeepSpeech2 (2 conv + 5 x bidirectional GRU 800, sequence-wise BatchNorm), CTC over 29 characters."""
     return _create_deepspeech2(ctx, **kwargs)
 
 
-@register_model(domain="speech", task="recognition", batch_size=(20, 20), tags=("ctc", "rnn"), source=_SOURCE,
-                notes="unidirectional GRUs + lookahead convolution (the reference's --no-bidirectional)")
+@register_model(
+    domain="speech",
+    task="recognition",
+    batch_size=(20, 20),
+    tags=("ctc", "rnn"),
+    source=_SOURCE,
+    notes="unidirectional GRUs + lookahead convolution (the reference's --no-bidirectional)",
+)
 def deepspeech2_lookahead(ctx: BuildContext, **kwargs) -> Workload:
     """DeepSpeech2 with unidirectional GRUs and a 20-frame lookahead convolution."""
     return _create_deepspeech2(ctx, **{"bidirectional": False, **kwargs})

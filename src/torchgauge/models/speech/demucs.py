@@ -76,9 +76,20 @@ class BLSTM(nn.Module):
 
 
 class Demucs(nn.Module):
-    def __init__(self, sources: int = 4, audio_channels: int = 2, channels: int = 64, depth: int = 6,
-                 kernel_size: int = 8, stride: int = 4, growth: float = 2.0, lstm_layers: int = 2,
-                 context: int = 3, rescale: float = 0.1, resample: bool = True) -> None:
+    def __init__(
+        self,
+        sources: int = 4,
+        audio_channels: int = 2,
+        channels: int = 64,
+        depth: int = 6,
+        kernel_size: int = 8,
+        stride: int = 4,
+        growth: float = 2.0,
+        lstm_layers: int = 2,
+        context: int = 3,
+        rescale: float = 0.1,
+        resample: bool = True,
+    ) -> None:
         super().__init__()
         self.sources, self.audio_channels = sources, audio_channels
         self.depth, self.kernel_size, self.stride, self.context = depth, kernel_size, stride, context
@@ -87,12 +98,20 @@ class Demucs(nn.Module):
         self.encoder, self.decoder = nn.ModuleList(), nn.ModuleList()
         in_channels = audio_channels
         for index in range(depth):
-            self.encoder.append(nn.Sequential(
-                nn.Conv1d(in_channels, channels, kernel_size, stride), nn.ReLU(),
-                nn.Conv1d(channels, 2 * channels, 1), nn.GLU(dim=1)))
+            self.encoder.append(
+                nn.Sequential(
+                    nn.Conv1d(in_channels, channels, kernel_size, stride),
+                    nn.ReLU(),
+                    nn.Conv1d(channels, 2 * channels, 1),
+                    nn.GLU(dim=1),
+                )
+            )
             out_channels = in_channels if index > 0 else sources * audio_channels
-            decode = [nn.Conv1d(channels, 2 * channels, context), nn.GLU(dim=1),
-                      nn.ConvTranspose1d(channels, out_channels, kernel_size, stride)]
+            decode = [
+                nn.Conv1d(channels, 2 * channels, context),
+                nn.GLU(dim=1),
+                nn.ConvTranspose1d(channels, out_channels, kernel_size, stride),
+            ]
             self.decoder.insert(0, nn.Sequential(*decode, *([nn.ReLU()] if index > 0 else [])))
             in_channels, channels = channels, int(growth * channels)
         self.lstm = BLSTM(in_channels, lstm_layers)
@@ -140,10 +159,16 @@ def _create_demucs(ctx: BuildContext, seconds: float = 10.0, **kwargs) -> Worklo
     return Workload(ctx, model, (sources.sum(dim=1),), sources, loss_fn=_separation_l1, optimizer=opt)
 
 
-@register_model(domain="speech", task="source_separation", batch_size=(4, 8), cpu_batch_size=(4, 1), param_count=265_679_496,
-                source="Défossez et al. 2019; facebookresearch/demucs (v2)",
-                notes="param_count: the reference at 64 initial channels; train batch 4, not the suite's 64: "
-                      "backward keeps about 12 GB of activations per 10 s clip")
+@register_model(
+    domain="speech",
+    task="source_separation",
+    batch_size=(4, 8),
+    cpu_batch_size=(4, 1),
+    param_count=265_679_496,
+    source="Défossez et al. 2019; facebookresearch/demucs (v2)",
+    notes="param_count: the reference at 64 initial channels; train batch 4, not the suite's 64: "
+    "backward keeps about 12 GB of activations per 10 s clip",
+)
 def demucs(ctx: BuildContext, **kwargs) -> Workload:
     """Demucs v2 (6 layers from 64 channels, GLU, BiLSTM, x2 resampling), 4 stereo sources."""
     return _create_demucs(ctx, **kwargs)

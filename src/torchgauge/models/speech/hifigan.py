@@ -120,13 +120,23 @@ def slaney_mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: f
     return weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per filter
 
 
-def mel_spectrogram(y: torch.Tensor, mel_basis: torch.Tensor, window: torch.Tensor, n_fft: int,
-                    hop_size: int) -> torch.Tensor:
+def mel_spectrogram(
+    y: torch.Tensor, mel_basis: torch.Tensor, window: torch.Tensor, n_fft: int, hop_size: int
+) -> torch.Tensor:
     """Waveforms ``(B, T)`` to log-mel ``(B, n_mels, T // hop)``, as the reference's ``mel_spectrogram``."""
     pad = (n_fft - hop_size) // 2
     y = F.pad(y.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
-    spec = torch.stft(y, n_fft, hop_length=hop_size, win_length=window.numel(), window=window.to(y.dtype), center=False,
-                      normalized=False, onesided=True, return_complex=True)  # (B, F, frames)
+    spec = torch.stft(
+        y,
+        n_fft,
+        hop_length=hop_size,
+        win_length=window.numel(),
+        window=window.to(y.dtype),
+        center=False,
+        normalized=False,
+        onesided=True,
+        return_complex=True,
+    )  # (B, F, frames)
     mag = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + MAG_EPS)
     return torch.log(torch.clamp(torch.matmul(mel_basis.to(mag.dtype), mag), min=LOG_CLIP))
 
@@ -143,10 +153,12 @@ class ResBlock1(nn.Module):
         super().__init__()
         self.convs1 = nn.ModuleList(
             weight_norm(nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=_get_padding(kernel_size, d)))
-            for d in dilations)
+            for d in dilations
+        )
         self.convs2 = nn.ModuleList(
             weight_norm(nn.Conv1d(channels, channels, kernel_size, padding=_get_padding(kernel_size)))
-            for _ in dilations)
+            for _ in dilations
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for c1, c2 in zip(self.convs1, self.convs2):
@@ -167,8 +179,10 @@ class Generator(nn.Module):
         self.resblocks = nn.ModuleList()
         for i, (u, k) in enumerate(zip(cfg.upsample_rates, cfg.upsample_kernel_sizes)):
             self.ups.append(weight_norm(nn.ConvTranspose1d(ch // 2**i, ch // 2 ** (i + 1), k, u, padding=(k - u) // 2)))
-            self.resblocks.extend(ResBlock1(ch // 2 ** (i + 1), k2, d)
-                                  for k2, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes))
+            self.resblocks.extend(
+                ResBlock1(ch // 2 ** (i + 1), k2, d)
+                for k2, d in zip(cfg.resblock_kernel_sizes, cfg.resblock_dilation_sizes)
+            )
         self.conv_post = weight_norm(nn.Conv1d(ch // 2 ** len(cfg.upsample_rates), 1, 7, padding=3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -197,8 +211,10 @@ class DiscriminatorP(nn.Module):
         pad = (_get_padding(kernel_size), 0)
         ins = (1, *channels[:-1])
         strides = (stride,) * (len(channels) - 1) + (1,)
-        self.convs = nn.ModuleList(weight_norm(nn.Conv2d(i, o, (kernel_size, 1), (s, 1), padding=pad))
-                                   for i, o, s in zip(ins, channels, strides))
+        self.convs = nn.ModuleList(
+            weight_norm(nn.Conv2d(i, o, (kernel_size, 1), (s, 1), padding=pad))
+            for i, o, s in zip(ins, channels, strides)
+        )
         self.conv_post = weight_norm(nn.Conv2d(channels[-1], 1, (3, 1), 1, padding=(1, 0)))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -227,8 +243,10 @@ class DiscriminatorS(nn.Module):
         super().__init__()
         norm = spectral_norm if use_spectral_norm else weight_norm
         ins = (1, *channels[:-1])
-        self.convs = nn.ModuleList(norm(nn.Conv1d(i, o, k, s, groups=g, padding=k // 2))
-                                   for i, o, k, s, g in zip(ins, channels, self._KERNELS, self._STRIDES, groups))
+        self.convs = nn.ModuleList(
+            norm(nn.Conv1d(i, o, k, s, groups=g, padding=k // 2))
+            for i, o, k, s, g in zip(ins, channels, self._KERNELS, self._STRIDES, groups)
+        )
         self.conv_post = norm(nn.Conv1d(channels[-1], 1, 3, 1, padding=1))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -268,7 +286,8 @@ class MultiScaleDiscriminator(nn.Module):
     def __init__(self, cfg: HiFiGANConfig) -> None:
         super().__init__()
         self.discriminators = nn.ModuleList(
-            DiscriminatorS(cfg.msd_channels, cfg.msd_groups, use_spectral_norm=i == 0) for i in range(3))
+            DiscriminatorS(cfg.msd_channels, cfg.msd_groups, use_spectral_norm=i == 0) for i in range(3)
+        )
         self.meanpools = nn.ModuleList(nn.AvgPool1d(4, 2, padding=2) for _ in range(2))
 
     def forward(self, y: torch.Tensor, y_hat: torch.Tensor) -> _Scores:
@@ -308,8 +327,15 @@ class HiFiGANWorkload(Workload):
 
     needs_optimizer = False
 
-    def __init__(self, ctx: BuildContext, cfg: HiFiGANConfig, generator: Generator,
-                 discriminators: Discriminators | None, inputs: tuple, targets: tuple) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        cfg: HiFiGANConfig,
+        generator: Generator,
+        discriminators: Discriminators | None,
+        inputs: tuple,
+        targets: tuple,
+    ) -> None:
         module = generator if discriminators is None else GeneratorDiscriminator(generator, discriminators)
         super().__init__(ctx, module, inputs, targets)
         self.cfg = cfg
@@ -328,8 +354,9 @@ class HiFiGANWorkload(Workload):
         with self.autocast():
             y_g_hat = self.generator(x)  # (B, 1, T)
             # the STFT runs in fp32: no half-precision stft on CPU
-            y_g_hat_mel = mel_spectrogram(y_g_hat.squeeze(1).float(), self.mel_basis, self.window,
-                                          self.cfg.n_fft, self.cfg.hop_size)
+            y_g_hat_mel = mel_spectrogram(
+                y_g_hat.squeeze(1).float(), self.mel_basis, self.window, self.cfg.n_fft, self.cfg.hop_size
+            )
         # discriminators
         self.optim_d.zero_grad(set_to_none=True)
         with self.autocast():
@@ -344,8 +371,13 @@ class HiFiGANWorkload(Workload):
             loss_mel = F.l1_loss(y_mel.float(), y_g_hat_mel) * self.cfg.mel_weight
             _, y_df_g, fmap_f_r, fmap_f_g = mpd(y, y_g_hat)
             _, y_ds_g, fmap_s_r, fmap_s_g = msd(y, y_g_hat)
-            loss_gen = (generator_loss(y_ds_g) + generator_loss(y_df_g) + feature_loss(fmap_s_r, fmap_s_g)
-                        + feature_loss(fmap_f_r, fmap_f_g) + loss_mel)
+            loss_gen = (
+                generator_loss(y_ds_g)
+                + generator_loss(y_df_g)
+                + feature_loss(fmap_s_r, fmap_s_g)
+                + feature_loss(fmap_f_r, fmap_f_g)
+                + loss_mel
+            )
         loss_gen.backward()
         self.optim_g.step()
         return torch.stack([loss_disc.detach().float(), loss_gen.detach().float()])
@@ -366,10 +398,23 @@ def synthetic_audio(ctx: BuildContext, batch: int, samples: int, sr: int, partia
 
 
 # Smoke: the same networks at toy width, one period (3: the reflect-padding path) of five, 256-sample segments.
-_SMOKE = dict(num_mels=16, periods=(3,), upsample_rates=(4, 4), upsample_kernel_sizes=(8, 8),
-              upsample_initial_channel=16, resblock_kernel_sizes=(3, 5), resblock_dilation_sizes=((1, 3), (1, 3)),
-              mpd_channels=(4, 8, 16, 16, 16), msd_channels=(16,) * 7, msd_groups=(1, 4, 16, 16, 16, 16, 1),
-              segment_size=256, n_fft=64, hop_size=16, win_size=64, fmax=None)
+_SMOKE = dict(
+    num_mels=16,
+    periods=(3,),
+    upsample_rates=(4, 4),
+    upsample_kernel_sizes=(8, 8),
+    upsample_initial_channel=16,
+    resblock_kernel_sizes=(3, 5),
+    resblock_dilation_sizes=((1, 3), (1, 3)),
+    mpd_channels=(4, 8, 16, 16, 16),
+    msd_channels=(16,) * 7,
+    msd_groups=(1, 4, 16, 16, 16, 16, 1),
+    segment_size=256,
+    n_fft=64,
+    hop_size=16,
+    win_size=64,
+    fmax=None,
+)
 
 
 def _create_hifigan(ctx: BuildContext, **kwargs) -> Workload:
@@ -387,12 +432,18 @@ def _create_hifigan(ctx: BuildContext, **kwargs) -> Workload:
     return HiFiGANWorkload(ctx, cfg, generator, Discriminators(cfg), (mel,), (audio.unsqueeze(1), y_mel))
 
 
-@register_model(domain="speech", task="vocoder", batch_size=(16, 16), tags=("gan", "stft"), param_count=13_920_000,
-                source="Kong et al., HiFi-GAN, NeurIPS 2020; jik876/hifi-gan config_v1",
-                unsupported_precisions=("fp16",),
-                notes="param count: the generator (eval module, weight norm removed), paper Table 1; train also "
-                      "holds the MPD and MSD. The mel loss's STFT runs in fp32. fp16 unsupported: pure-fp16 "
-                      "training goes non-finite within two smoke steps (AdamW on half weights); amp works.")
+@register_model(
+    domain="speech",
+    task="vocoder",
+    batch_size=(16, 16),
+    tags=("gan", "stft"),
+    param_count=13_920_000,
+    source="Kong et al., HiFi-GAN, NeurIPS 2020; jik876/hifi-gan config_v1",
+    unsupported_precisions=("fp16",),
+    notes="param count: the generator (eval module, weight norm removed), paper Table 1; train also "
+    "holds the MPD and MSD. The mel loss's STFT runs in fp32. fp16 unsupported: pure-fp16 "
+    "training goes non-finite within two smoke steps (AdamW on half weights); amp works.",
+)
 def hifigan_v1(ctx: BuildContext, **kwargs) -> Workload:
     """HiFi-GAN V1 generator (512 ch, upsampling 8x8x2x2, MRF 3/7/11) with MPD + MSD, LSGAN + FM + 45 x mel L1."""
     return _create_hifigan(ctx, **kwargs)

@@ -33,8 +33,9 @@ __all__ = ["RNNT", "transducer_loss"]
 class _LSTM(nn.Module):
     """Time-major ``nn.LSTM`` with the forget-gate bias set to ``forget_gate_bias`` and output dropout."""
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float,
-                 forget_gate_bias: float = 1.0) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, num_layers: int, dropout: float, forget_gate_bias: float = 1.0
+    ) -> None:
         super().__init__()
         self.lstm = nn.LSTM(input_size, hidden_size, num_layers, dropout=dropout)
         self.dropout = nn.Dropout(dropout)
@@ -57,10 +58,21 @@ def stack_time(x: torch.Tensor, lengths: torch.Tensor, factor: int) -> tuple[tor
 
 
 class RNNT(nn.Module):
-    def __init__(self, n_classes: int = 1024, in_feats: int = 240, enc_n_hid: int = 1024, enc_pre_rnn_layers: int = 2,
-                 enc_post_rnn_layers: int = 3, enc_stack_time_factor: int = 2, enc_dropout: float = 0.1,
-                 pred_n_hid: int = 512, pred_rnn_layers: int = 2, pred_dropout: float = 0.3, joint_n_hid: int = 512,
-                 joint_dropout: float = 0.3) -> None:
+    def __init__(
+        self,
+        n_classes: int = 1024,
+        in_feats: int = 240,
+        enc_n_hid: int = 1024,
+        enc_pre_rnn_layers: int = 2,
+        enc_post_rnn_layers: int = 3,
+        enc_stack_time_factor: int = 2,
+        enc_dropout: float = 0.1,
+        pred_n_hid: int = 512,
+        pred_rnn_layers: int = 2,
+        pred_dropout: float = 0.3,
+        joint_n_hid: int = 512,
+        joint_dropout: float = 0.3,
+    ) -> None:
         super().__init__()
         self.blank = n_classes - 1
         self.stack_factor = enc_stack_time_factor
@@ -91,8 +103,9 @@ class RNNT(nn.Module):
         return logits, f_lens
 
 
-def transducer_loss(log_probs: torch.Tensor, labels: torch.Tensor, logit_lens: torch.Tensor,
-                    label_lens: torch.Tensor, blank: int) -> torch.Tensor:
+def transducer_loss(
+    log_probs: torch.Tensor, labels: torch.Tensor, logit_lens: torch.Tensor, label_lens: torch.Tensor, blank: int
+) -> torch.Tensor:
     """Negative log-likelihood ``(B,)`` of each label sequence, summed over all RNN-T alignments.
 
     Args:
@@ -142,10 +155,15 @@ def _create_rnnt(ctx: BuildContext, **kwargs) -> Workload:
     return TransducerWorkload(ctx, model, (feats, frame_lens, labels), (labels, label_lens), optimizer=opt)
 
 
-@register_model(domain="speech", task="recognition", batch_size=(16, 16), param_count=49_006_080, tags=("mlperf",),
-                source="Graves 2012; MLPerf training rnn_speech_recognition reference",
-                notes="train batch: MLPerf's 1024 over 8 GPUs and 8 accumulation steps; "
-                      "eval = teacher-forced joint logits")
+@register_model(
+    domain="speech",
+    task="recognition",
+    batch_size=(16, 16),
+    param_count=49_006_080,
+    tags=("mlperf",),
+    source="Graves 2012; MLPerf training rnn_speech_recognition reference",
+    notes="train batch: MLPerf's 1024 over 8 GPUs and 8 accumulation steps; eval = teacher-forced joint logits",
+)
 def rnnt(ctx: BuildContext, **kwargs) -> Workload:
     """RNN-T (5x1024 LSTM encoder, 2x512 LSTM predictor, joint 512, 1,024 classes), plain-PyTorch loss."""
     return _create_rnnt(ctx, **kwargs)

@@ -45,9 +45,20 @@ def stack_low_frame_rate(feats: torch.Tensor, m: int = 4, n: int = 3) -> torch.T
 
 
 class SpeechTransformer(nn.Module):
-    def __init__(self, d_input: int = 320, vocab_size: int = 4233, d_model: int = 512, d_inner: int = 2048,
-                 n_layers_enc: int = 6, n_layers_dec: int = 6, n_head: int = 8, d_k: int = 64, d_v: int = 64,
-                 dropout: float = 0.1, pe_maxlen: int = 5000) -> None:
+    def __init__(
+        self,
+        d_input: int = 320,
+        vocab_size: int = 4233,
+        d_model: int = 512,
+        d_inner: int = 2048,
+        n_layers_enc: int = 6,
+        n_layers_dec: int = 6,
+        n_head: int = 8,
+        d_k: int = 64,
+        d_v: int = 64,
+        dropout: float = 0.1,
+        pe_maxlen: int = 5000,
+    ) -> None:
         super().__init__()
         self.sos_id, self.eos_id = vocab_size - 2, vocab_size - 1  # the dictionary ends with <sos>, <eos>
         self.d_model = d_model
@@ -71,8 +82,9 @@ class SpeechTransformer(nn.Module):
             x = layer(x, key_mask, keep)
         return x, key_mask
 
-    def decode(self, ys_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
-               ys_valid: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self, ys_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, ys_valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Decoder inputs ``(B, U)`` (<sos> first) to logits ``(B, U, V)``; ``ys_valid`` marks non-padding."""
         U = ys_in.size(1)
         self_mask = causal_mask(U, ys_in.device)
@@ -85,8 +97,9 @@ class SpeechTransformer(nn.Module):
             x = layer(x, memory, self_mask, memory_mask, keep)
         return F.linear(x, self.embedding.weight)
 
-    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, ys_in: torch.Tensor,
-                ys_valid: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, feats: torch.Tensor, feat_lens: torch.Tensor, ys_in: torch.Tensor, ys_valid: torch.Tensor
+    ) -> torch.Tensor:
         """Teacher-forced logits ``(B, U, V)``."""
         memory, memory_mask = self.encode(feats, feat_lens)
         return self.decode(ys_in, memory, memory_mask, ys_valid)
@@ -107,8 +120,16 @@ class SpeechTransformer(nn.Module):
 class RecognitionWorkload(Workload):
     """Train: teacher-forced forward; eval: greedy decoding of a fixed number of steps."""
 
-    def __init__(self, ctx: BuildContext, module: SpeechTransformer, inputs: tuple, targets: torch.Tensor,
-                 *, decode_steps: int, optimizer: torch.optim.Optimizer | None) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        module: SpeechTransformer,
+        inputs: tuple,
+        targets: torch.Tensor,
+        *,
+        decode_steps: int,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
         super().__init__(ctx, module, inputs, targets, optimizer=optimizer)
         self.decode_steps = decode_steps
 
@@ -119,7 +140,9 @@ class RecognitionWorkload(Workload):
         return self.module.recognize(feats, feat_lens, self.decode_steps)
 
     def compute_loss(self, logits: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, 1), self.targets.flatten(), ignore_index=IGNORE_ID, label_smoothing=0.1)
+        return F.cross_entropy(
+            logits.flatten(0, 1), self.targets.flatten(), ignore_index=IGNORE_ID, label_smoothing=0.1
+        )
 
 
 def _transcripts(ctx: BuildContext, sos_id: int, eos_id: int, max_len: int) -> tuple[torch.Tensor, ...]:
@@ -136,8 +159,11 @@ def _transcripts(ctx: BuildContext, sos_id: int, eos_id: int, max_len: int) -> t
 
 def _create_speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
     # Smoke: the same layers at toy width (46M parameters and their Adam state take seconds on a CPU).
-    smoke = dict(vocab_size=64, d_model=64, d_inner=128, n_layers_enc=2, n_layers_dec=2, n_head=2, d_k=32,
-                 d_v=32) if ctx.smoke else {}
+    smoke = (
+        dict(vocab_size=64, d_model=64, d_inner=128, n_layers_enc=2, n_layers_dec=2, n_head=2, d_k=32, d_v=32)
+        if ctx.smoke
+        else {}
+    )
     model = SpeechTransformer(**(smoke | kwargs))
     # AISHELL utterances: about 6 s of 10 ms frames (600 frames, 200 after stacking), up to 24 characters.
     frames = ctx.pick(600, 30)
@@ -147,14 +173,20 @@ def _create_speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
     feat_lens = -(-frame_lens // 3)
     ys_in, ys_valid, ys_out = _transcripts(ctx, model.sos_id, model.eos_id, ctx.pick(24, 5))
     opt = ctx.optimizer(model.parameters(), "adam", lr=1e-4, betas=(0.9, 0.98), eps=1e-9) if ctx.train else None
-    return RecognitionWorkload(ctx, model, (feats, feat_lens, ys_in, ys_valid), ys_out,
-                               decode_steps=ctx.pick(100, 3), optimizer=opt)
+    return RecognitionWorkload(
+        ctx, model, (feats, feat_lens, ys_in, ys_valid), ys_out, decode_steps=ctx.pick(100, 3), optimizer=opt
+    )
 
 
-@register_model(domain="speech", task="recognition", batch_size=(32, 1), param_count=46_471_168,
-                source="Dong et al. 2018; kaituoxu/Speech-Transformer",
-                notes="param_count: the reference implementation with AISHELL-1's 4,233 characters; "
-                      "eval = greedy decoding of 100 steps (the reference: beam 5 until <eos>)")
+@register_model(
+    domain="speech",
+    task="recognition",
+    batch_size=(32, 1),
+    param_count=46_471_168,
+    source="Dong et al. 2018; kaituoxu/Speech-Transformer",
+    notes="param_count: the reference implementation with AISHELL-1's 4,233 characters; "
+    "eval = greedy decoding of 100 steps (the reference: beam 5 until <eos>)",
+)
 def speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
     """Speech-Transformer (6 + 6 layers, d_model 512) on low-frame-rate filterbank features."""
     return _create_speech_transformer(ctx, **kwargs)

@@ -67,9 +67,21 @@ class TacotronConfig:
         return (self.n_freq - 1) * 2
 
 
-SMOKE = TacotronConfig(embedding_dim=16, prenet_dims=(16, 8), encoder_dim=8, encoder_k=4, attention_dim=16,
-                       decoder_dim=16, n_mels=8, postnet_k=3, postnet_projection=16, n_freq=33, win_length=32,
-                       hop_length=8, griffin_lim_iters=3)
+SMOKE = TacotronConfig(
+    embedding_dim=16,
+    prenet_dims=(16, 8),
+    encoder_dim=8,
+    encoder_k=4,
+    attention_dim=16,
+    decoder_dim=16,
+    n_mels=8,
+    postnet_k=3,
+    postnet_projection=16,
+    n_freq=33,
+    win_length=32,
+    hop_length=8,
+    griffin_lim_iters=3,
+)
 
 
 class Prenet(nn.Module):
@@ -122,8 +134,11 @@ class CBHG(nn.Module):
         self.max_pool1d = nn.MaxPool1d(kernel_size=2, stride=1, padding=1)
         in_dims = (k * dim, projections[0])
         self.conv1d_projections = nn.ModuleList(
-            [BatchNormConv1d(in_dims[0], projections[0], 3, relu=True),
-             BatchNormConv1d(in_dims[1], projections[1], 3, relu=False)])
+            [
+                BatchNormConv1d(in_dims[0], projections[0], 3, relu=True),
+                BatchNormConv1d(in_dims[1], projections[1], 3, relu=False),
+            ]
+        )
         self.pre_highway = nn.Linear(projections[-1], dim, bias=False) if projections[-1] != dim else None
         self.highways = nn.ModuleList(Highway(dim) for _ in range(4))
         self.gru = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
@@ -159,8 +174,9 @@ class BahdanauAttention(nn.Module):
         self.query_layer = nn.Linear(dim, dim, bias=False)
         self.v = nn.Linear(dim, 1, bias=False)
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor,
-                processed_memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, query: torch.Tensor, memory: torch.Tensor, processed_memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``query (B, dim)``, ``memory (B, L, M)``, ``processed_memory (B, L, dim)`` to context ``(B, M)``, weights."""
         energies = self.v(torch.tanh(self.query_layer(query)[:, None] + processed_memory)).squeeze(-1)
         weights = F.softmax(energies, dim=-1)  # (B, L)
@@ -180,8 +196,9 @@ class Decoder(nn.Module):
         self.decoder_rnns = nn.ModuleList(nn.GRUCell(cfg.decoder_dim, cfg.decoder_dim) for _ in range(2))
         self.proj_to_mel = nn.Linear(cfg.decoder_dim, cfg.n_mels * cfg.r)
 
-    def forward(self, memory: torch.Tensor, mels: torch.Tensor | None,
-                n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, memory: torch.Tensor, mels: torch.Tensor | None, n_steps: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mel ``(B, n_steps * r, n_mels)`` and alignments ``(B, n_steps, L)``; teacher-forced when ``mels`` given."""
         B, cfg = memory.size(0), self.cfg
         processed_memory = self.memory_layer(memory)  # (B, L, attention_dim)
@@ -218,8 +235,9 @@ class Tacotron(nn.Module):
         self.postnet = CBHG(cfg.n_mels, cfg.postnet_k, (cfg.postnet_projection, cfg.n_mels))
         self.last_linear = nn.Linear(2 * cfg.n_mels, cfg.n_freq)
 
-    def forward(self, text: torch.Tensor, text_lens: torch.Tensor | None, mels: torch.Tensor | None,
-                n_frames: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, text: torch.Tensor, text_lens: torch.Tensor | None, mels: torch.Tensor | None, n_frames: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mel ``(B, T, n_mels)``, linear ``(B, T, n_freq)``, alignments; teacher-forced when ``mels`` given."""
         memory = self.encoder_cbhg(self.encoder_prenet(self.embedding(text)), text_lens)  # (B, L, 2 * encoder_dim)
         mel, alignments = self.decoder(memory, mels, n_frames // self.cfg.r)
@@ -236,8 +254,13 @@ class Tacotron(nn.Module):
         _, linear, _ = self(text, None, None, n_frames)
         cfg = self.cfg
         # fp32 whatever the model's precision: the reference runs this on the numpy copy of the output.
-        return griffin_lim(self.spectrogram_to_magnitude(linear.float()), cfg.n_fft, cfg.hop_length, cfg.win_length,
-                           cfg.griffin_lim_iters)
+        return griffin_lim(
+            self.spectrogram_to_magnitude(linear.float()),
+            cfg.n_fft,
+            cfg.hop_length,
+            cfg.win_length,
+            cfg.griffin_lim_iters,
+        )
 
 
 def griffin_lim(magnitude: torch.Tensor, n_fft: int, hop_length: int, win_length: int, n_iters: int) -> torch.Tensor:
@@ -255,13 +278,15 @@ def griffin_lim(magnitude: torch.Tensor, n_fft: int, hop_length: int, win_length
     return signal
 
 
-def tacotron_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, torch.Tensor],
-                  n_priority_freq: int) -> torch.Tensor:
+def tacotron_loss(
+    outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, torch.Tensor], n_priority_freq: int
+) -> torch.Tensor:
     """L1 on the mel plus L1 on the linear spectrogram, half of it on the bins below 3 kHz."""
     mel, linear, _ = outputs
     mel_target, linear_target = targets
     linear_loss = 0.5 * F.l1_loss(linear, linear_target) + 0.5 * F.l1_loss(
-        linear[..., :n_priority_freq], linear_target[..., :n_priority_freq])
+        linear[..., :n_priority_freq], linear_target[..., :n_priority_freq]
+    )
     return F.l1_loss(mel, mel_target) + linear_loss
 
 
@@ -294,12 +319,16 @@ def _create_tacotron(ctx: BuildContext, **kwargs) -> Workload:
     return TacotronWorkload(ctx, model, (text, text_lens, mels), (mels, linear), optimizer=opt)
 
 
-@register_model(domain="speech", task="synthesis", batch_size=(32, 32),
-                source="Wang et al. 2017; r9y9/tacotron_pytorch",
-                unsupported_precisions=("fp16",),
-                notes="eval = greedy decoding of a fixed number of frames, then 60 Griffin-Lim iterations "
-                      "(torch.stft/istft, in fp32 at every precision). fp16 unsupported: pure-fp16 training "
-                      "goes non-finite at the second smoke step; amp works.")
+@register_model(
+    domain="speech",
+    task="synthesis",
+    batch_size=(32, 32),
+    source="Wang et al. 2017; r9y9/tacotron_pytorch",
+    unsupported_precisions=("fp16",),
+    notes="eval = greedy decoding of a fixed number of frames, then 60 Griffin-Lim iterations "
+    "(torch.stft/istft, in fp32 at every precision). fp16 unsupported: pure-fp16 training "
+    "goes non-finite at the second smoke step; amp works.",
+)
 def tacotron1(ctx: BuildContext, **kwargs) -> Workload:
     """Tacotron (r9y9 hparams, r=5): text to mel and linear spectrograms, Griffin-Lim in eval."""
     return _create_tacotron(ctx, **kwargs)

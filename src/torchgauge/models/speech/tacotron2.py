@@ -60,8 +60,9 @@ class Encoder(nn.Module):
 
 
 class LocationSensitiveAttention(nn.Module):
-    def __init__(self, query_dim: int = 1024, memory_dim: int = 512, dim: int = 128, n_filters: int = 32,
-                 kernel: int = 31) -> None:
+    def __init__(
+        self, query_dim: int = 1024, memory_dim: int = 512, dim: int = 128, n_filters: int = 32, kernel: int = 31
+    ) -> None:
         super().__init__()
         self.query_layer = _xavier(nn.Linear(query_dim, dim, bias=False), "tanh")
         self.memory_layer = _xavier(nn.Linear(memory_dim, dim, bias=False), "tanh")
@@ -69,8 +70,14 @@ class LocationSensitiveAttention(nn.Module):
         self.location_conv = _xavier(nn.Conv1d(2, n_filters, kernel, padding=kernel // 2, bias=False))
         self.location_dense = _xavier(nn.Linear(n_filters, dim, bias=False), "tanh")
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor, processed_memory: torch.Tensor,
-                weights_cat: torch.Tensor, pad_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        memory: torch.Tensor,
+        processed_memory: torch.Tensor,
+        weights_cat: torch.Tensor,
+        pad_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``query (B, q)``, ``weights_cat (B, 2, L)`` (previous and cumulative weights) to context and weights."""
         location = self.location_dense(self.location_conv(weights_cat).transpose(1, 2))  # (B, L, dim)
         energies = self.v(torch.tanh(self.query_layer(query)[:, None] + location + processed_memory)).squeeze(-1)
@@ -81,14 +88,25 @@ class LocationSensitiveAttention(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, memory_dim: int = 512, rnn_dim: int = 1024, prenet_dim: int = 256, attention_dim: int = 128,
-                 location_filters: int = 32, location_kernel: int = 31, p_dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        memory_dim: int = 512,
+        rnn_dim: int = 1024,
+        prenet_dim: int = 256,
+        attention_dim: int = 128,
+        location_filters: int = 32,
+        location_kernel: int = 31,
+        p_dropout: float = 0.1,
+    ) -> None:
         super().__init__()
         self.rnn_dim, self.p_dropout = rnn_dim, p_dropout
         self.prenet = nn.ModuleList(
-            [_xavier(nn.Linear(N_MELS, prenet_dim, bias=False)), _xavier(nn.Linear(prenet_dim, prenet_dim, bias=False))])
+            [_xavier(nn.Linear(N_MELS, prenet_dim, bias=False)), _xavier(nn.Linear(prenet_dim, prenet_dim, bias=False))]
+        )
         self.attention_rnn = nn.LSTMCell(prenet_dim + memory_dim, rnn_dim)
-        self.attention_layer = LocationSensitiveAttention(rnn_dim, memory_dim, attention_dim, location_filters, location_kernel)
+        self.attention_layer = LocationSensitiveAttention(
+            rnn_dim, memory_dim, attention_dim, location_filters, location_kernel
+        )
         self.decoder_rnn = nn.LSTMCell(rnn_dim + memory_dim, rnn_dim)
         self.linear_projection = _xavier(nn.Linear(rnn_dim + memory_dim, N_MELS))
         self.gate_layer = _xavier(nn.Linear(rnn_dim + memory_dim, 1), "sigmoid")
@@ -98,8 +116,14 @@ class Decoder(nn.Module):
             x = F.dropout(F.relu(linear(x)), 0.5, training=True)
         return x
 
-    def step(self, frame: torch.Tensor, state: tuple, memory: torch.Tensor, processed_memory: torch.Tensor,
-             pad_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    def step(
+        self,
+        frame: torch.Tensor,
+        state: tuple,
+        memory: torch.Tensor,
+        processed_memory: torch.Tensor,
+        pad_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple]:
         """One frame: prenet output ``(B, prenet_dim)`` to mel ``(B, 80)``, gate ``(B, 1)`` and the next state."""
         att_h, att_c, dec_h, dec_c, weights, weights_cum, context = state
         att_h, att_c = self.attention_rnn(torch.cat((frame, context), -1), (att_h, att_c))
@@ -115,11 +139,19 @@ class Decoder(nn.Module):
     def initial_state(self, memory: torch.Tensor) -> tuple:
         B, L, D = memory.shape
         zeros = memory.new_zeros
-        return (zeros(B, self.rnn_dim), zeros(B, self.rnn_dim), zeros(B, self.rnn_dim), zeros(B, self.rnn_dim),
-                zeros(B, L), zeros(B, L), zeros(B, D))
+        return (
+            zeros(B, self.rnn_dim),
+            zeros(B, self.rnn_dim),
+            zeros(B, self.rnn_dim),
+            zeros(B, self.rnn_dim),
+            zeros(B, L),
+            zeros(B, L),
+            zeros(B, D),
+        )
 
-    def forward(self, memory: torch.Tensor, mels: torch.Tensor | None, pad_mask: torch.Tensor | None,
-                n_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, memory: torch.Tensor, mels: torch.Tensor | None, pad_mask: torch.Tensor | None, n_frames: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mels ``(B, 80, T)`` and gate logits ``(B, T)``; teacher-forced when target ``mels`` are given."""
         processed_memory = self.attention_layer.memory_layer(memory)  # (B, L, attention_dim)
         go = memory.new_zeros(memory.size(0), 1, N_MELS)
@@ -147,8 +179,15 @@ class Postnet(nn.Module):
 
 
 class Tacotron2(nn.Module):
-    def __init__(self, n_symbols: int = N_SYMBOLS, embedding_dim: int = 512, rnn_dim: int = 1024, prenet_dim: int = 256,
-                 attention_dim: int = 128, postnet_dim: int = 512) -> None:
+    def __init__(
+        self,
+        n_symbols: int = N_SYMBOLS,
+        embedding_dim: int = 512,
+        rnn_dim: int = 1024,
+        prenet_dim: int = 256,
+        attention_dim: int = 128,
+        postnet_dim: int = 512,
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(n_symbols, embedding_dim)
         bound = math.sqrt(3.0) * math.sqrt(2.0 / (n_symbols + embedding_dim))
@@ -157,16 +196,20 @@ class Tacotron2(nn.Module):
         self.decoder = Decoder(embedding_dim, rnn_dim, prenet_dim, attention_dim)
         self.postnet = Postnet(postnet_dim)
 
-    def forward(self, text: torch.Tensor, text_lens: torch.Tensor, mels: torch.Tensor,
-                mel_lens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, text: torch.Tensor, text_lens: torch.Tensor, mels: torch.Tensor, mel_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         """Teacher-forced: mel ``(B, 80, T)`` before and after the postnet, gate logits ``(B, T)``."""
         memory = self.encoder(self.embedding(text).transpose(1, 2), text_lens)  # (B, L, 512)
         pad_mask = ~length_mask(text_lens, text.size(1))
         mel, gate = self.decoder(memory, mels, pad_mask, mels.size(2))
         mel_post = mel + self.postnet(mel)
         frame_pad = ~length_mask(mel_lens, mels.size(2))  # zero the padding frames, saturate their gate
-        return (mel.masked_fill(frame_pad[:, None], 0.0), mel_post.masked_fill(frame_pad[:, None], 0.0),
-                gate.masked_fill(frame_pad, 1e3))
+        return (
+            mel.masked_fill(frame_pad[:, None], 0.0),
+            mel_post.masked_fill(frame_pad[:, None], 0.0),
+            gate.masked_fill(frame_pad, 1e3),
+        )
 
     def infer(self, text: torch.Tensor, n_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Autoregressive synthesis of ``n_frames``: mel after the postnet ``(B, 80, T)`` and gate logits."""
@@ -179,8 +222,11 @@ def tacotron2_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tenso
     """MSE of both mel outputs against the target plus BCE of the stop gate."""
     mel, mel_post, gate = outputs
     mel_target, gate_target = targets
-    return (F.mse_loss(mel, mel_target) + F.mse_loss(mel_post, mel_target)
-            + F.binary_cross_entropy_with_logits(gate, gate_target))
+    return (
+        F.mse_loss(mel, mel_target)
+        + F.mse_loss(mel_post, mel_target)
+        + F.binary_cross_entropy_with_logits(gate, gate_target)
+    )
 
 
 class SynthesisWorkload(Workload):
@@ -206,13 +252,19 @@ def _create_tacotron2(ctx: BuildContext, **kwargs) -> Workload:
     mels = ctx.randn(ctx.batch_size, N_MELS, frames) * frame_valid[:, None]
     gate_target = (torch.arange(frames, device=mels.device) >= (mel_lens - 1)[:, None]).float()
     opt = ctx.optimizer(model.parameters(), "adam", lr=1e-3, weight_decay=1e-6) if ctx.train else None
-    return SynthesisWorkload(ctx, model, (text, text_lens, mels, mel_lens), (mels, gate_target),
-                             loss_fn=tacotron2_loss, optimizer=opt)
+    return SynthesisWorkload(
+        ctx, model, (text, text_lens, mels, mel_lens), (mels, gate_target), loss_fn=tacotron2_loss, optimizer=opt
+    )
 
 
-@register_model(domain="speech", task="synthesis", batch_size=(64, 64), param_count=28_193_153,
-                source="Shen et al. 2018; NVIDIA/tacotron2",
-                notes="eval = autoregressive inference for a fixed number of frames (no gate stop)")
+@register_model(
+    domain="speech",
+    task="synthesis",
+    batch_size=(64, 64),
+    param_count=28_193_153,
+    source="Shen et al. 2018; NVIDIA/tacotron2",
+    notes="eval = autoregressive inference for a fixed number of frames (no gate stop)",
+)
 def tacotron2(ctx: BuildContext, **kwargs) -> Workload:
     """Tacotron 2 (NVIDIA hparams): text to 80-bin mel, teacher-forced training."""
     return _create_tacotron2(ctx, **kwargs)

@@ -151,8 +151,9 @@ def fused_add_tanh_sigmoid_multiply(input_a: torch.Tensor, input_b: torch.Tensor
 class WN(nn.Module):
     """Non-causal WaveNet: ``(x (B, h, N), mel (B, M g, N))`` -> ``(B, 2h, N)`` (``b`` then ``log s``)."""
 
-    def __init__(self, n_in_channels: int, n_mel_channels: int, n_layers: int, n_channels: int,
-                 kernel_size: int) -> None:
+    def __init__(
+        self, n_in_channels: int, n_mel_channels: int, n_layers: int, n_channels: int, kernel_size: int
+    ) -> None:
         super().__init__()
         assert kernel_size % 2 == 1 and n_channels % 2 == 0
         self.n_layers, self.n_channels = n_layers, n_channels
@@ -168,8 +169,9 @@ class WN(nn.Module):
         for i in range(n_layers):
             dilation = 2**i
             padding = (kernel_size * dilation - dilation) // 2
-            self.in_layers.append(weight_norm(
-                nn.Conv1d(n_channels, 2 * n_channels, kernel_size, dilation=dilation, padding=padding)))
+            self.in_layers.append(
+                weight_norm(nn.Conv1d(n_channels, 2 * n_channels, kernel_size, dilation=dilation, padding=padding))
+            )
             res_skip = 2 * n_channels if i < n_layers - 1 else n_channels  # the last layer has no residual
             self.res_skip_layers.append(weight_norm(nn.Conv1d(n_channels, res_skip, 1)))
 
@@ -306,8 +308,19 @@ class WaveGlowWorkload(Workload):
 
 
 # Smoke: the same flow (early outputs included) at toy width, 4 flows, 256-sample segments.
-_SMOKE = dict(n_mel_channels=8, n_flows=4, n_early_every=2, n_layers=2, n_channels=8, upsample_kernel=64,
-              hop_length=16, filter_length=64, win_length=64, segment_length=256, mel_fmax=None)
+_SMOKE = dict(
+    n_mel_channels=8,
+    n_flows=4,
+    n_early_every=2,
+    n_layers=2,
+    n_channels=8,
+    upsample_kernel=64,
+    hop_length=16,
+    filter_length=64,
+    win_length=64,
+    segment_length=256,
+    mel_fmax=None,
+)
 
 
 def _create_waveglow(ctx: BuildContext, **kwargs) -> Workload:
@@ -323,16 +336,21 @@ def _create_waveglow(ctx: BuildContext, **kwargs) -> Workload:
     return WaveGlowWorkload(ctx, model, (mel,))
 
 
-@register_model(domain="speech", task="vocoder", batch_size=(3, 1), tags=("flow", "generation"),
-                param_count=87_879_272,
-                source="Prenger et al., WaveGlow, ICASSP 2019; NVIDIA/waveglow glow.py (BSD-3-Clause)",
-                notes="param count: the 256-channel published model with weight-norm gains (paper 87.88 M), "
-                      "computed from the architecture; the eval module (weight norm removed) has 87,731,816. "
-                      "config.json's n_channels=512 would be 268.0 M. Eval: infer(mel, sigma=0.6), W^-1 cached "
-                      "on the first call as the reference. fp16 unsupported: pure-fp16 training goes NaN within "
-                      "13 smoke steps (Adam on half weights; the reference trains fp16 with apex AMP); amp and bf16 "
-                      "work.",
-                unsupported_precisions=("fp16",))
+@register_model(
+    domain="speech",
+    task="vocoder",
+    batch_size=(3, 1),
+    tags=("flow", "generation"),
+    param_count=87_879_272,
+    source="Prenger et al., WaveGlow, ICASSP 2019; NVIDIA/waveglow glow.py (BSD-3-Clause)",
+    notes="param count: the 256-channel published model with weight-norm gains (paper 87.88 M), "
+    "computed from the architecture; the eval module (weight norm removed) has 87,731,816. "
+    "config.json's n_channels=512 would be 268.0 M. Eval: infer(mel, sigma=0.6), W^-1 cached "
+    "on the first call as the reference. fp16 unsupported: pure-fp16 training goes NaN within "
+    "13 smoke steps (Adam on half weights; the reference trains fp16 with apex AMP); amp and bf16 "
+    "work.",
+    unsupported_precisions=("fp16",),
+)
 def waveglow(ctx: BuildContext, **kwargs) -> Workload:
     """WaveGlow (12 flows, groups of 8, WN 8 x 256 channels) trained by its flow NLL; eval samples audio."""
     return _create_waveglow(ctx, **kwargs)

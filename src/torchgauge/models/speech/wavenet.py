@@ -83,8 +83,13 @@ class ResidualLayer(nn.Module):
 
     def __init__(self, cfg: WaveNetConfig, dilation: int) -> None:
         super().__init__()
-        r, d, s, k, bias = (cfg.residual_channels, cfg.dilation_channels, cfg.skip_channels, cfg.filter_width,
-                            cfg.use_biases)
+        r, d, s, k, bias = (
+            cfg.residual_channels,
+            cfg.dilation_channels,
+            cfg.skip_channels,
+            cfg.filter_width,
+            cfg.use_biases,
+        )
         self.dilation = dilation
         self.filter = nn.Conv1d(r, d, k, dilation=dilation, bias=bias)
         self.gate = nn.Conv1d(r, d, k, dilation=dilation, bias=bias)
@@ -94,13 +99,14 @@ class ResidualLayer(nn.Module):
     def forward(self, x: torch.Tensor, output_width: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = torch.tanh(self.filter(x)) * torch.sigmoid(self.gate(x))  # "valid": (B, D, T - dilation)
         skip = self.skip(out[:, :, -output_width:])
-        return skip, x[:, :, -out.size(2):] + self.dense(out)
+        return skip, x[:, :, -out.size(2) :] + self.dense(out)
 
     def step(self, x: torch.Tensor, past: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One time step: current input and the one ``dilation`` steps back, both ``(B, R)``."""
         out = torch.tanh(_tap(self.filter, past, x)) * torch.sigmoid(_tap(self.gate, past, x))  # (B, D)
-        return F.linear(out, self.skip.weight[:, :, 0], self.skip.bias), x + F.linear(out, self.dense.weight[:, :, 0],
-                                                                                     self.dense.bias)
+        return F.linear(out, self.skip.weight[:, :, 0], self.skip.bias), x + F.linear(
+            out, self.dense.weight[:, :, 0], self.dense.bias
+        )
 
 
 class WaveNet(nn.Module):
@@ -131,13 +137,14 @@ class WaveNet(nn.Module):
         """Mean cross-entropy of each prediction against the next mu-law class of ``audio`` ``(B, T)``."""
         encoded = mu_law_encode(audio, self.cfg.quantization_channels)
         logits = self(encoded)
-        return F.cross_entropy(logits, encoded[:, self.receptive_field:])
+        return F.cross_entropy(logits, encoded[:, self.receptive_field :])
 
     def init_queues(self, batch: int, like: torch.Tensor) -> list[deque[torch.Tensor]]:
         """Empty generation state: for the causal layer and each residual layer, ``dilation`` zero inputs."""
         zeros = lambda c: like.new_zeros(batch, c, dtype=self.causal.weight.dtype)  # noqa: E731
         return [deque([zeros(self.cfg.quantization_channels)])] + [
-            deque(zeros(self.cfg.residual_channels) for _ in range(layer.dilation)) for layer in self.layers]
+            deque(zeros(self.cfg.residual_channels) for _ in range(layer.dilation)) for layer in self.layers
+        ]
 
     def step(self, current: torch.Tensor, queues: list[deque[torch.Tensor]]) -> torch.Tensor:
         """Feed one class per sequence ``(B,)``; returns the logits ``(B, Q)`` of the next sample."""
@@ -175,8 +182,14 @@ class WaveNetWorkload(Workload):
         return outputs
 
 
-_SMOKE = dict(dilations=(1, 2, 4) * 2, residual_channels=8, dilation_channels=8, skip_channels=16, sample_size=64,
-              generate_samples=8)
+_SMOKE = dict(
+    dilations=(1, 2, 4) * 2,
+    residual_channels=8,
+    dilation_channels=8,
+    skip_channels=16,
+    sample_size=64,
+    generate_samples=8,
+)
 
 
 def _create_wavenet(ctx: BuildContext, **kwargs) -> Workload:
@@ -191,11 +204,16 @@ def _create_wavenet(ctx: BuildContext, **kwargs) -> Workload:
     return WaveNetWorkload(ctx, model, inputs, optimizer=opt)
 
 
-@register_model(domain="speech", task="audio_generation", batch_size=(1, 1), tags=("autoregressive", "generation"),
-                source="van den Oord et al., WaveNet, 2016; ibab/tensorflow-wavenet wavenet_params.json",
-                unsupported_precisions=("fp16",),
-                notes="eval = fast generation of 512 samples with per-layer FIFO queues, multinomial sampling. fp16 "
-                      "unsupported: pure-fp16 training goes non-finite within two smoke steps; amp works.")
+@register_model(
+    domain="speech",
+    task="audio_generation",
+    batch_size=(1, 1),
+    tags=("autoregressive", "generation"),
+    source="van den Oord et al., WaveNet, 2016; ibab/tensorflow-wavenet wavenet_params.json",
+    unsupported_precisions=("fp16",),
+    notes="eval = fast generation of 512 samples with per-layer FIFO queues, multinomial sampling. fp16 "
+    "unsupported: pure-fp16 training goes non-finite within two smoke steps; amp works.",
+)
 def wavenet(ctx: BuildContext, **kwargs) -> Workload:
     """WaveNet, 256 mu-law classes, 5 x dilations 1..512 (32 residual, 512 skip channels), unconditioned."""
     return _create_wavenet(ctx, **kwargs)

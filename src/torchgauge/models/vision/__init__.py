@@ -1,16 +1,18 @@
 """Vision models: classification families here; detection and generation in subpackages."""
 
-from . import detection, generation, geometry  # noqa: F401  (registers models)
-from . import ocr  # noqa: F401  (registers models)
-from . import (  # noqa: F401  (registers models)
+from . import (  # noqa: F401  (registers models)  # noqa: F401  (registers models)
     alexnet,
     cifar_resnet,
     decorrelated_batch_norm,
     densenet,
+    detection,
     face_recognition,
+    generation,
+    geometry,
     mobilenet,
     mri_varnet,
     nfnet,
+    ocr,  # noqa: F401  (registers models)
     quantized,
     regnet,
     resnest,

@@ -35,8 +35,9 @@ __all__ = ["DecorrelatedBatchNorm2d"]
 class DecorrelatedBatchNorm2d(nn.Module):
     """Group ZCA whitening ``(B, C, H, W) -> (B, C, H, W)``; ``C`` a multiple of ``group_size``."""
 
-    def __init__(self, num_features: int, group_size: int = 16, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = True) -> None:
+    def __init__(
+        self, num_features: int, group_size: int = 16, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True
+    ) -> None:
         super().__init__()
         if num_features % group_size:
             raise ValueError(f"num_features {num_features} is not a multiple of group_size {group_size}")
@@ -86,11 +87,16 @@ def _create_dbn_resnet(ctx: BuildContext, num_blocks: tuple[int, ...], group_siz
     return Workload(ctx, model, (images,), labels, loss_fn=nn.functional.cross_entropy, optimizer=opt)
 
 
-@register_model(domain="vision", task="classification", batch_size=(128, 128), tags=("linalg",),
-                source="Huang et al., Decorrelated Batch Normalization, CVPR 2018 (princeton-vl/DecorrelatedBN), "
-                       "ResNet-56 with DBN after the first convolution on CIFAR-10",
-                unsupported_precisions=("fp16", "bf16"),
-                notes="fp16/bf16 unsupported: torch.linalg.eigh has no half-precision kernel (amp runs it in fp32).")
+@register_model(
+    domain="vision",
+    task="classification",
+    batch_size=(128, 128),
+    tags=("linalg",),
+    source="Huang et al., Decorrelated Batch Normalization, CVPR 2018 (princeton-vl/DecorrelatedBN), "
+    "ResNet-56 with DBN after the first convolution on CIFAR-10",
+    unsupported_precisions=("fp16", "bf16"),
+    notes="fp16/bf16 unsupported: torch.linalg.eigh has no half-precision kernel (amp runs it in fp32).",
+)
 def dbn_resnet56(ctx: BuildContext, **kwargs) -> Workload:
     """CIFAR ResNet-56 whose first norm is group-16 DBN; SGD 0.1 (smoke: ResNet-8 on 16 px)."""
     return _create_dbn_resnet(ctx, num_blocks=ctx.pick((9, 9, 9), (1, 1, 1)), **kwargs)

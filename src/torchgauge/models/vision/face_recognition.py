@@ -86,8 +86,9 @@ class IBasicBlock(nn.Module):
         self.bn3 = nn.BatchNorm2d(planes, eps=1e-5)
         self.downsample = None
         if stride != 1 or inplanes != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False),
-                                            nn.BatchNorm2d(planes, eps=1e-5))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes, eps=1e-5)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn3(self.conv2(self.prelu(self.bn2(self.conv1(self.bn1(x))))))
@@ -104,8 +105,11 @@ class IResNet(nn.Module):
         self.stem = nn.Sequential(nn.Conv2d(3, c0, 3, 1, 1, bias=False), nn.BatchNorm2d(c0, eps=1e-5), nn.PReLU(c0))
         stages, inplanes = [], c0
         for planes, blocks in zip(cfg.widths, cfg.layers):
-            stages.append(nn.Sequential(IBasicBlock(inplanes, planes, 2),
-                                        *(IBasicBlock(planes, planes, 1) for _ in range(blocks - 1))))
+            stages.append(
+                nn.Sequential(
+                    IBasicBlock(inplanes, planes, 2), *(IBasicBlock(planes, planes, 1) for _ in range(blocks - 1))
+                )
+            )
             inplanes = planes
         self.stages = nn.Sequential(*stages)
         side = cfg.image_size // 2 ** len(cfg.layers)  # 7 at 112 px
@@ -195,8 +199,12 @@ def _create_arcface(ctx: BuildContext, **kwargs) -> Workload:
     if not ctx.train:  # B verification pairs
         return ArcFaceWorkload(ctx, model, (ctx.randn(b, 2, 3, s, s),))
     images, labels = ctx.randn(b, 3, s, s), ctx.randint(0, cfg.num_classes, (b,))
-    opt = torch.optim.SGD([{"params": model.backbone.parameters()}, {"params": model.head.parameters()}],
-                          lr=0.1, momentum=0.9, weight_decay=5e-4)
+    opt = torch.optim.SGD(
+        [{"params": model.backbone.parameters()}, {"params": model.head.parameters()}],
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-4,
+    )
     return ArcFaceWorkload(ctx, model, (images,), labels, optimizer=opt)
 
 
@@ -216,8 +224,11 @@ class BasicConv2d(nn.Sequential):
     """conv (no bias) -> BN(eps 1e-3) -> ReLU."""
 
     def __init__(self, cin: int, cout: int, kernel, stride: int = 1, padding=0) -> None:
-        super().__init__(nn.Conv2d(cin, cout, kernel, stride, padding, bias=False),
-                         nn.BatchNorm2d(cout, eps=0.001, momentum=0.1), nn.ReLU())
+        super().__init__(
+            nn.Conv2d(cin, cout, kernel, stride, padding, bias=False),
+            nn.BatchNorm2d(cout, eps=0.001, momentum=0.1),
+            nn.ReLU(),
+        )
 
 
 class _Residual(nn.Module):
@@ -236,22 +247,53 @@ class _Residual(nn.Module):
 
 
 def _block35(c: int, d: int) -> _Residual:  # 35x35 grid in the 299-px original; here 17x17
-    return _Residual([BasicConv2d(c, 32 // d, 1),
-                      nn.Sequential(BasicConv2d(c, 32 // d, 1), BasicConv2d(32 // d, 32 // d, 3, 1, 1)),
-                      nn.Sequential(BasicConv2d(c, 32 // d, 1), BasicConv2d(32 // d, 32 // d, 3, 1, 1),
-                                    BasicConv2d(32 // d, 32 // d, 3, 1, 1))], 96 // d, c, 0.17)
+    return _Residual(
+        [
+            BasicConv2d(c, 32 // d, 1),
+            nn.Sequential(BasicConv2d(c, 32 // d, 1), BasicConv2d(32 // d, 32 // d, 3, 1, 1)),
+            nn.Sequential(
+                BasicConv2d(c, 32 // d, 1),
+                BasicConv2d(32 // d, 32 // d, 3, 1, 1),
+                BasicConv2d(32 // d, 32 // d, 3, 1, 1),
+            ),
+        ],
+        96 // d,
+        c,
+        0.17,
+    )
 
 
 def _block17(c: int, d: int) -> _Residual:
-    return _Residual([BasicConv2d(c, 128 // d, 1),
-                      nn.Sequential(BasicConv2d(c, 128 // d, 1), BasicConv2d(128 // d, 128 // d, (1, 7), 1, (0, 3)),
-                                    BasicConv2d(128 // d, 128 // d, (7, 1), 1, (3, 0)))], 256 // d, c, 0.10)
+    return _Residual(
+        [
+            BasicConv2d(c, 128 // d, 1),
+            nn.Sequential(
+                BasicConv2d(c, 128 // d, 1),
+                BasicConv2d(128 // d, 128 // d, (1, 7), 1, (0, 3)),
+                BasicConv2d(128 // d, 128 // d, (7, 1), 1, (3, 0)),
+            ),
+        ],
+        256 // d,
+        c,
+        0.10,
+    )
 
 
 def _block8(c: int, d: int, scale: float = 0.20, relu: bool = True) -> _Residual:
-    return _Residual([BasicConv2d(c, 192 // d, 1),
-                      nn.Sequential(BasicConv2d(c, 192 // d, 1), BasicConv2d(192 // d, 192 // d, (1, 3), 1, (0, 1)),
-                                    BasicConv2d(192 // d, 192 // d, (3, 1), 1, (1, 0)))], 384 // d, c, scale, relu)
+    return _Residual(
+        [
+            BasicConv2d(c, 192 // d, 1),
+            nn.Sequential(
+                BasicConv2d(c, 192 // d, 1),
+                BasicConv2d(192 // d, 192 // d, (1, 3), 1, (0, 1)),
+                BasicConv2d(192 // d, 192 // d, (3, 1), 1, (1, 0)),
+            ),
+        ],
+        384 // d,
+        c,
+        scale,
+        relu,
+    )
 
 
 class _Mixed(nn.Module):
@@ -282,16 +324,26 @@ class InceptionResnetV1(nn.Module):
             BasicConv2d(192 // d, c35, 3, 2),  # (B, 256, 17, 17)
         )
         self.repeat_1 = nn.Sequential(*(_block35(c35, d) for _ in range(cfg.repeats[0])))
-        self.mixed_6a = _Mixed(BasicConv2d(c35, 384 // d, 3, 2),
-                               nn.Sequential(BasicConv2d(c35, 192 // d, 1), BasicConv2d(192 // d, 192 // d, 3, 1, 1),
-                                             BasicConv2d(192 // d, 256 // d, 3, 2)),
-                               nn.MaxPool2d(3, 2))  # (B, 384 + 256 + 256 = 896, 8, 8)
+        self.mixed_6a = _Mixed(
+            BasicConv2d(c35, 384 // d, 3, 2),
+            nn.Sequential(
+                BasicConv2d(c35, 192 // d, 1),
+                BasicConv2d(192 // d, 192 // d, 3, 1, 1),
+                BasicConv2d(192 // d, 256 // d, 3, 2),
+            ),
+            nn.MaxPool2d(3, 2),
+        )  # (B, 384 + 256 + 256 = 896, 8, 8)
         self.repeat_2 = nn.Sequential(*(_block17(c17, d) for _ in range(cfg.repeats[1])))
-        self.mixed_7a = _Mixed(nn.Sequential(BasicConv2d(c17, 256 // d, 1), BasicConv2d(256 // d, 384 // d, 3, 2)),
-                               nn.Sequential(BasicConv2d(c17, 256 // d, 1), BasicConv2d(256 // d, 256 // d, 3, 2)),
-                               nn.Sequential(BasicConv2d(c17, 256 // d, 1), BasicConv2d(256 // d, 256 // d, 3, 1, 1),
-                                             BasicConv2d(256 // d, 256 // d, 3, 2)),
-                               nn.MaxPool2d(3, 2))  # (B, 384 + 256 + 256 + 896 = 1792, 3, 3)
+        self.mixed_7a = _Mixed(
+            nn.Sequential(BasicConv2d(c17, 256 // d, 1), BasicConv2d(256 // d, 384 // d, 3, 2)),
+            nn.Sequential(BasicConv2d(c17, 256 // d, 1), BasicConv2d(256 // d, 256 // d, 3, 2)),
+            nn.Sequential(
+                BasicConv2d(c17, 256 // d, 1),
+                BasicConv2d(256 // d, 256 // d, 3, 1, 1),
+                BasicConv2d(256 // d, 256 // d, 3, 2),
+            ),
+            nn.MaxPool2d(3, 2),
+        )  # (B, 384 + 256 + 256 + 896 = 1792, 3, 3)
         self.repeat_3 = nn.Sequential(*(_block8(c8, d) for _ in range(cfg.repeats[2])))
         self.block8 = _block8(c8, d, scale=1.0, relu=False)
         self.avgpool_1a = nn.AdaptiveAvgPool2d(1)
@@ -364,25 +416,35 @@ _ARCFACE = "Deng et al., ArcFace, CVPR 2019; deepinsight/insightface recognition
 _FACENET = "Schroff et al., FaceNet, CVPR 2015; timesler/facenet-pytorch InceptionResnetV1"
 
 
-@register_model(domain="vision", task="face_recognition", source=_ARCFACE, batch_size=(128, 64),
-                tags=("metric_learning",),
-                param_count=43_590_848,  # backbone + embedding head (arcface_torch: ~43.6M for r50)
-                notes="Eval batch = verification pairs (4 forwards each: both faces and their flips). "
-                      "Training adds the 10,572 x 512 class-centre matrix (5,412,864 parameters), "
-                      "not in param_count.")
+@register_model(
+    domain="vision",
+    task="face_recognition",
+    source=_ARCFACE,
+    batch_size=(128, 64),
+    tags=("metric_learning",),
+    param_count=43_590_848,  # backbone + embedding head (arcface_torch: ~43.6M for r50)
+    notes="Eval batch = verification pairs (4 forwards each: both faces and their flips). "
+    "Training adds the 10,572 x 512 class-centre matrix (5,412,864 parameters), "
+    "not in param_count.",
+)
 def arcface_iresnet50(ctx: BuildContext, **kwargs) -> Workload:
     """IResNet-50 on 112x112 faces, ArcFace (s=64, m=0.5) over 10,572 identities, SGD."""
     return _create_arcface(ctx, **kwargs)
 
 
-@register_model(domain="vision", task="face_recognition", source=_FACENET, batch_size=(32, 64),
-                tags=("metric_learning",),
-                param_count=23_482_624,  # InceptionResnetV1 without its logits layer, counted from its shapes
-                unsupported_precisions=("fp16",),
-                notes="Train batch = 8 identities x 4 images, batch-hard triplets (distances for the mining in "
-                      "fp32: CPU cdist has no half kernels). Eval batch = verification pairs. fp16 unsupported: "
-                      "pure-fp16 training turns the parameters NaN within a few steps (Adam in fp16, no loss "
-                      "scaling); fp16 eval, bf16 and amp run.")
+@register_model(
+    domain="vision",
+    task="face_recognition",
+    source=_FACENET,
+    batch_size=(32, 64),
+    tags=("metric_learning",),
+    param_count=23_482_624,  # InceptionResnetV1 without its logits layer, counted from its shapes
+    unsupported_precisions=("fp16",),
+    notes="Train batch = 8 identities x 4 images, batch-hard triplets (distances for the mining in "
+    "fp32: CPU cdist has no half kernels). Eval batch = verification pairs. fp16 unsupported: "
+    "pure-fp16 training turns the parameters NaN within a few steps (Adam in fp16, no loss "
+    "scaling); fp16 eval, bf16 and amp run.",
+)
 def facenet_triplet(ctx: BuildContext, **kwargs) -> Workload:
     """InceptionResnetV1 on 160x160 faces, 512-d embeddings, batch-hard triplet loss (margin 0.2), Adam."""
     return _create_facenet(ctx, **kwargs)

@@ -13,9 +13,9 @@ builds all four from one block table. Each network is stem conv -> inverted-resi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Callable
 
 import torch
 from torch import nn
@@ -181,9 +181,7 @@ def mobilenet_v2(ctx: BuildContext, **kwargs) -> Workload:
     return _create_mobilenet(ctx, mobilenet_v2_config(), **kwargs)
 
 
-@register_model(
-    domain="vision", task="classification", source=_SOURCE_MNAS, batch_size=(32, 32), param_count=4_383_312
-)
+@register_model(domain="vision", task="classification", source=_SOURCE_MNAS, batch_size=(32, 32), param_count=4_383_312)
 def mnasnet1_0(ctx: BuildContext, **kwargs) -> Workload:
     """MnasNet-A1 with depth multiplier 1.0 at 224x224."""
     return _create_mobilenet(ctx, _mnasnet_config(1.0), **kwargs)

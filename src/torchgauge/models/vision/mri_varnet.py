@@ -46,8 +46,21 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 __all__ = [
-    "NormUnet", "SSIMLoss", "SensitivityModel", "Unet", "VarNet", "VarNetBlock", "VarNetConfig",
-    "complex_abs", "complex_conj", "complex_mul", "equispaced_mask", "fft2c", "ifft2c", "rss", "rss_complex",
+    "NormUnet",
+    "SSIMLoss",
+    "SensitivityModel",
+    "Unet",
+    "VarNet",
+    "VarNetBlock",
+    "VarNetConfig",
+    "complex_abs",
+    "complex_conj",
+    "complex_mul",
+    "equispaced_mask",
+    "fft2c",
+    "ifft2c",
+    "rss",
+    "rss_complex",
 ]
 
 
@@ -121,8 +134,11 @@ class TransposeConvBlock(nn.Sequential):
     """2x upsampling: ConvTranspose2d(2, stride 2) -> InstanceNorm -> LeakyReLU(0.2)."""
 
     def __init__(self, in_ch: int, out_ch: int) -> None:
-        super().__init__(nn.ConvTranspose2d(in_ch, out_ch, 2, stride=2, bias=False), nn.InstanceNorm2d(out_ch),
-                         nn.LeakyReLU(0.2, inplace=True))
+        super().__init__(
+            nn.ConvTranspose2d(in_ch, out_ch, 2, stride=2, bias=False),
+            nn.InstanceNorm2d(out_ch),
+            nn.LeakyReLU(0.2, inplace=True),
+        )
 
 
 class Unet(nn.Module):
@@ -182,7 +198,7 @@ class NormUnet(nn.Module):
         w_pad = [math.floor((w_mult - w) / 2), math.ceil((w_mult - w) / 2)]
         h_pad = [math.floor((h_mult - h) / 2), math.ceil((h_mult - h) / 2)]
         x = self.unet(F.pad(x, w_pad + h_pad))
-        x = x[..., h_pad[0]: h_mult - h_pad[1], w_pad[0]: w_mult - w_pad[1]]
+        x = x[..., h_pad[0] : h_mult - h_pad[1], w_pad[0] : w_mult - w_pad[1]]
         x = x.reshape(b, 2, c, h, w) * std.unsqueeze(2) + mean.unsqueeze(2)
         return x.permute(0, 2, 3, 4, 1).contiguous()  # (B, C, H, W, 2)
 
@@ -198,7 +214,7 @@ class SensitivityModel(nn.Module):
         b, c, h, w, _ = masked_kspace.shape
         pad = (w - num_low_frequencies + 1) // 2
         acs = torch.zeros_like(masked_kspace)  # keep only the ACS columns [pad, pad + num_low)
-        acs[:, :, :, pad: pad + num_low_frequencies] = masked_kspace[:, :, :, pad: pad + num_low_frequencies]
+        acs[:, :, :, pad : pad + num_low_frequencies] = masked_kspace[:, :, :, pad : pad + num_low_frequencies]
         images = ifft2c(acs).view(b * c, 1, h, w, 2)  # each coil on its own
         maps = self.norm_unet(images).view(b, c, h, w, 2)
         return maps / rss_complex(maps, dim=1).unsqueeze(-1).unsqueeze(1)
@@ -212,8 +228,9 @@ class VarNetBlock(nn.Module):
         self.model = model
         self.dc_weight = nn.Parameter(torch.ones(1))
 
-    def forward(self, kspace: torch.Tensor, ref_kspace: torch.Tensor, mask: torch.Tensor,
-                sens_maps: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, kspace: torch.Tensor, ref_kspace: torch.Tensor, mask: torch.Tensor, sens_maps: torch.Tensor
+    ) -> torch.Tensor:
         zero = torch.zeros(1, 1, 1, 1, 1).to(kspace)
         soft_dc = torch.where(mask, kspace - ref_kspace, zero) * self.dc_weight
         image = complex_mul(ifft2c(kspace), complex_conj(sens_maps)).sum(dim=1, keepdim=True)  # (B, 1, H, W, 2)
@@ -273,15 +290,17 @@ class VarNetModule(nn.Module):
 
 def center_crop(x: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     h0, w0 = (x.shape[-2] - shape[0]) // 2, (x.shape[-1] - shape[1]) // 2
-    return x[..., h0: h0 + shape[0], w0: w0 + shape[1]]
+    return x[..., h0 : h0 + shape[0], w0 : w0 + shape[1]]
 
 
-def equispaced_mask(ctx: BuildContext, columns: int, acceleration: int, center_fraction: float) -> tuple[torch.Tensor, int]:
+def equispaced_mask(
+    ctx: BuildContext, columns: int, acceleration: int, center_fraction: float
+) -> tuple[torch.Tensor, int]:
     """fastMRI's ``EquispacedMaskFractionFunc``: ACS block plus equispaced lines, ``columns / acc`` in all."""
     num_low = round(columns * center_fraction)
     mask = torch.zeros(columns, dtype=torch.bool)
     pad = (columns - num_low + 1) // 2
-    mask[pad: pad + num_low] = True
+    mask[pad : pad + num_low] = True
     # spacing chosen so that ACS + outer lines sample columns / acceleration in total
     spacing = acceleration * (num_low - columns) / (num_low * acceleration - columns)
     offset = int(ctx.randint(0, round(spacing), (1,)).item())
@@ -317,8 +336,13 @@ class VarNetWorkload(Workload):
 
 
 def _create_varnet(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(num_cascades=2, chans=4, pools=2, sens_chans=2, sens_pools=2, coils=3,
-                 kspace_shape=(32, 24), crop=(16, 16)) if ctx.smoke else {}
+    smoke = (
+        dict(
+            num_cascades=2, chans=4, pools=2, sens_chans=2, sens_pools=2, coils=3, kspace_shape=(32, 24), crop=(16, 16)
+        )
+        if ctx.smoke
+        else {}
+    )
     cfg = replace(VarNetConfig(), **{**smoke, **kwargs})
     kspace, target = synthetic_kspace(ctx, cfg)
     mask, num_low = equispaced_mask(ctx, cfg.kspace_shape[1], cfg.acceleration, cfg.center_fraction)
@@ -329,16 +353,24 @@ def _create_varnet(ctx: BuildContext, **kwargs) -> Workload:
     return VarNetWorkload(ctx, model, (masked_kspace, mask, num_low), (target, max_value), optimizer=opt)
 
 
-_SOURCE = ("Sriram et al., End-to-End Variational Networks for Accelerated MRI Reconstruction, MICCAI 2020; "
-           "facebookresearch/fastMRI fastmri/models/varnet.py")
+_SOURCE = (
+    "Sriram et al., End-to-End Variational Networks for Accelerated MRI Reconstruction, MICCAI 2020; "
+    "facebookresearch/fastMRI fastmri/models/varnet.py"
+)
 
 
-@register_model(domain="vision", task="mri_reconstruction", source=_SOURCE, batch_size=1, tags=("fft", "complex"),
-                param_count=29_936_966,  # from layer shapes of the fastMRI knee config (see module docstring)
-                unsupported_precisions=("bf16", "fp16"),
-                notes="Synthetic multi-coil k-space (smooth object x Gaussian coil maps), 4x equispaced mask. "
-                      "bf16: no bfloat16 complex dtype (view_as_complex fails). fp16: no half FFT on CPU, and "
-                      "cuFFT half needs power-of-two sizes (640x368). amp runs (the FFTs stay fp32).")
+@register_model(
+    domain="vision",
+    task="mri_reconstruction",
+    source=_SOURCE,
+    batch_size=1,
+    tags=("fft", "complex"),
+    param_count=29_936_966,  # from layer shapes of the fastMRI knee config (see module docstring)
+    unsupported_precisions=("bf16", "fp16"),
+    notes="Synthetic multi-coil k-space (smooth object x Gaussian coil maps), 4x equispaced mask. "
+    "bf16: no bfloat16 complex dtype (view_as_complex fails). fp16: no half FFT on CPU, and "
+    "cuFFT half needs power-of-two sizes (640x368). amp runs (the FFTs stay fp32).",
+)
 def e2e_varnet(ctx: BuildContext, **kwargs) -> Workload:
     """E2E-VarNet, fastMRI knee config: 12 cascades, chans 18, 15 coils, 640x368 k-space, SSIM loss."""
     return _create_varnet(ctx, **kwargs)

@@ -8,7 +8,7 @@ whose stride moves to a 3x3 average pool after it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -51,8 +51,9 @@ class SpatialTransformerNet(nn.Module):
         )  # fmt: skip
         loc_side = ((cfg.image_size - 6) // 2 - 4) // 2
         self.loc_features = c2 * loc_side * loc_side
-        self.fc_loc = nn.Sequential(nn.Linear(self.loc_features, cfg.loc_hidden), nn.ReLU(True),
-                                    nn.Linear(cfg.loc_hidden, 3 * 2))
+        self.fc_loc = nn.Sequential(
+            nn.Linear(self.loc_features, cfg.loc_hidden), nn.ReLU(True), nn.Linear(cfg.loc_hidden, 3 * 2)
+        )
         # Start at the identity transform: zero weights, bias = [[1, 0, 0], [0, 1, 0]].
         nn.init.zeros_(self.fc_loc[2].weight)
         with torch.no_grad():

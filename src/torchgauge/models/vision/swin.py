@@ -138,8 +138,9 @@ class WindowAttention(nn.Module):
 class SwinBlock(nn.Module):
     """Pre-norm (shifted-)window attention and MLP on tokens ``(B, H*W, C)`` of a fixed ``H x W`` map."""
 
-    def __init__(self, dim: int, resolution: int, num_heads: int, window: int, shift: int,
-                 mlp_ratio: float, drop_rate: float) -> None:
+    def __init__(
+        self, dim: int, resolution: int, num_heads: int, window: int, shift: int, mlp_ratio: float, drop_rate: float
+    ) -> None:
         super().__init__()
         if resolution <= window:  # one window covers the map: nothing to shift (the reference's rule)
             window, shift = resolution, 0

@@ -32,7 +32,9 @@ class SoftTargetClassification(Workload):
         return loss.detach()
 
 
-def torchvision_classification(ctx: BuildContext, module: nn.Module, *, image_size: int | tuple[int, int] = 224) -> Workload:
+def torchvision_classification(
+    ctx: BuildContext, module: nn.Module, *, image_size: int | tuple[int, int] = 224
+) -> Workload:
     """TorchBench's torchvision workload: ``randn(B, 3, H, W)`` images, the soft-target step above."""
     h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
     images = ctx.randn(ctx.batch_size, 3, h, w)

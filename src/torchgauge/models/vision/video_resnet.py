@@ -22,8 +22,8 @@ lists; no code copied.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -122,8 +122,9 @@ class VideoResNet(nn.Module):
 
 def r3d_stem(width: int = 64) -> nn.Sequential:
     """3x7x7 conv, stride (1, 2, 2)."""
-    return nn.Sequential(nn.Conv3d(3, width, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
-                         nn.BatchNorm3d(width), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv3d(3, width, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False), nn.BatchNorm3d(width), nn.ReLU(inplace=True)
+    )
 
 
 def r2plus1d_stem(width: int = 64) -> nn.Sequential:
@@ -211,15 +212,27 @@ _SOURCE = "Tran et al., A Closer Look at Spatiotemporal Convolutions, CVPR 2018;
 _NOTES = "Kinetics-400, 16x112x112 clips. Smoke: 8x32x32 clips, widths 8-32."
 
 
-@register_model(domain="vision", task="video_classification", source=_SOURCE, batch_size=(24, 8),
-                param_count=33_371_472, notes=_NOTES)
+@register_model(
+    domain="vision",
+    task="video_classification",
+    source=_SOURCE,
+    batch_size=(24, 8),
+    param_count=33_371_472,
+    notes=_NOTES,
+)
 def r3d_18(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-18 with 3x3x3 convs on 16-frame 112x112 clips."""
     return _create_video_resnet(ctx, factorised=False, **kwargs)
 
 
-@register_model(domain="vision", task="video_classification", source=_SOURCE, batch_size=(24, 8),
-                param_count=31_505_325, notes=_NOTES)
+@register_model(
+    domain="vision",
+    task="video_classification",
+    source=_SOURCE,
+    batch_size=(24, 8),
+    param_count=31_505_325,
+    notes=_NOTES,
+)
 def r2plus1d_18(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-18 with (2+1)D factorised convs on 16-frame 112x112 clips."""
     return _create_video_resnet(ctx, factorised=True, **kwargs)

@@ -116,7 +116,9 @@ def _create_vit(
 
 
 VIT_SMALL_PATCH16 = ViTConfig(embed_dim=384, depth=12, num_heads=6)  # timm vit_small_patch16_224
-VIT_GIANT_PATCH14 = ViTConfig(patch_size=14, embed_dim=1408, depth=40, num_heads=16, mlp_ratio=48 / 11)  # timm vit_giant_patch14_224
+VIT_GIANT_PATCH14 = ViTConfig(
+    patch_size=14, embed_dim=1408, depth=40, num_heads=16, mlp_ratio=48 / 11
+)  # timm vit_giant_patch14_224
 
 
 _SOURCE = "Dosovitskiy et al., An Image is Worth 16x16 Words, 2021; timm vision_transformer"

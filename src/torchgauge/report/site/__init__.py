@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ...results.schema import load_results
 from ...results.store import Store
@@ -60,7 +61,9 @@ def plotly_js() -> str:
     try:
         from plotly.offline import get_plotlyjs
     except ImportError:
-        raise SiteError("the dashboard needs plotly for its charts: pip install plotly (or torchgauge[report])") from None
+        raise SiteError(
+            "the dashboard needs plotly for its charts: pip install plotly (or torchgauge[report])"
+        ) from None
     return get_plotlyjs()
 
 
@@ -79,13 +82,21 @@ def _trace_links(points_by_config: Mapping[str, Sequence[Mapping[str, Any]]], pa
             for trace in p["traces"]:
                 if trace not in out:
                     target = Path(trace).expanduser().resolve()
-                    out[trace] = Path(os.path.relpath(target, page_dir.resolve())).as_posix() if target.is_file() else None
+                    out[trace] = (
+                        Path(os.path.relpath(target, page_dir.resolve())).as_posix() if target.is_file() else None
+                    )
     return out
 
 
-def build_site(store: Store, output: str | os.PathLike, *, title: str = DEFAULT_TITLE,
-               threshold: float = DEFAULT_THRESHOLD, coverage: Mapping[str, Any] | None = None,
-               machine: str | None = None) -> BuiltSite:
+def build_site(
+    store: Store,
+    output: str | os.PathLike,
+    *,
+    title: str = DEFAULT_TITLE,
+    threshold: float = DEFAULT_THRESHOLD,
+    coverage: Mapping[str, Any] | None = None,
+    machine: str | None = None,
+) -> BuiltSite:
     """Write the dashboard of ``store`` into ``output`` (created; existing pages are replaced).
 
     Args:

@@ -14,15 +14,16 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ...compare.backend_ratios import compare_backends, ratio_metrics
 from ...compare.devices import compare_devices, describe_env
 from ...compare.matching import CompareError
 from ...compare.regression import TIME_METRIC, compare_results
-from ...results.schema import ResultsFile, RunRecord
 from ...harness.metrics import quantities
+from ...results.schema import ResultsFile, RunRecord
 from ...results.store import SeriesPoint, Store, SuiteInfo
 from ...stats.compare import DEFAULT_THRESHOLD
 from ...stats.summary import IQR_WARN_THRESHOLD, summarize
@@ -48,8 +49,20 @@ __all__ = [
 # not convinced: inconclusive) or not (same); status changes and configs with nothing to compare.
 INDEX_VERDICTS = ("regression", "improvement", "inconclusive", "same", "new failure", "fixed", "no previous", "-")
 # Environment fields shown for each point of a history, in this order.
-ENV_FIELDS = ("hostname", "machine_fingerprint", "torch_version", "torch_git_version", "python_version",
-              "cuda_version", "gpu_name", "gpu_driver", "cpu_model", "cpu_count", "torch_num_threads", "platform")
+ENV_FIELDS = (
+    "hostname",
+    "machine_fingerprint",
+    "torch_version",
+    "torch_git_version",
+    "python_version",
+    "cuda_version",
+    "gpu_name",
+    "gpu_driver",
+    "cpu_model",
+    "cpu_count",
+    "torch_num_threads",
+    "platform",
+)
 # Statuses whose metrics are measurements (an accuracy failure keeps its timings).
 MEASURED_STATUSES = ("ok", "fail_accuracy", "eager_nondeterministic")
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -117,8 +130,9 @@ class LatestRun:
     improvements: int = 0
 
 
-def _time_summary(metrics: Mapping[str, Any], status: str) -> tuple[float | None, float | None, float | None,
-                                                                   bool | None]:
+def _time_summary(
+    metrics: Mapping[str, Any], status: str
+) -> tuple[float | None, float | None, float | None, bool | None]:
     """(median, CI low, CI high, noisy) of a run's time; stored summaries first, else from its samples."""
     if status not in MEASURED_STATUSES:
         return None, None, None, None
@@ -172,8 +186,27 @@ def latest_run(store: Store, *, threshold: float = DEFAULT_THRESHOLD, machine: s
         else:
             verdict = "no previous" if previous is None or r.status in MEASURED_STATUSES else "-"
         c = r.config
-        rows.append(IndexRow(c.model, r.domain or "", c.mode, c.device, c.precision, c.backend, r.batch_size, r.status,
-                             r.error, median, lo, hi, noisy, previous_ms, change, p_value, verdict))
+        rows.append(
+            IndexRow(
+                c.model,
+                r.domain or "",
+                c.mode,
+                c.device,
+                c.precision,
+                c.backend,
+                r.batch_size,
+                r.status,
+                r.error,
+                median,
+                lo,
+                hi,
+                noisy,
+                previous_ms,
+                change,
+                p_value,
+                verdict,
+            )
+        )
     return LatestRun(suite, previous, results, rows, threshold, regressions, improvements)
 
 
@@ -227,8 +260,16 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
             if key not in env_ids:
                 env_ids[key] = len(env_ids) + 1
                 envs[env_ids[key]] = env
-            rows.append({"run": p.suite_id, "date": p.created_at, "status": p.status, "error": p.error,
-                         "env": env_ids[key], "traces": trace_paths(p.metrics)})
+            rows.append(
+                {
+                    "run": p.suite_id,
+                    "date": p.created_at,
+                    "status": p.status,
+                    "error": p.error,
+                    "env": env_ids[key],
+                    "traces": trace_paths(p.metrics),
+                }
+            )
         details[label] = rows
     metrics: dict[str, list[SeriesData]] = {}
     for q in quantities():
@@ -239,9 +280,18 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
         for label, pts in groups.items():
             (table,) = history_tables(pts, metric, threshold=threshold)
             bounds = [_interval(p, metric) for p in pts]
-            series.append(SeriesData(label, [row[0] for row in table.rows], [p.created_at for p in pts],
-                                     [row[5] for row in table.rows], [b[0] for b in bounds], [b[1] for b in bounds],
-                                     [row[6] for row in table.rows], table.steps))
+            series.append(
+                SeriesData(
+                    label,
+                    [row[0] for row in table.rows],
+                    [p.created_at for p in pts],
+                    [row[5] for row in table.rows],
+                    [b[0] for b in bounds],
+                    [b[1] for b in bounds],
+                    [row[6] for row in table.rows],
+                    table.steps,
+                )
+            )
         metrics[metric] = series
     return ModelHistory(model, model_slug(model), metrics, details, envs, threshold)
 
@@ -262,11 +312,18 @@ def _breakdown(records: Sequence[RunRecord]) -> dict[str, Any]:
             for mode in ("train", "eval"):
                 members = [r for r in rows if r.kind == kind and r.mode == mode]
                 if members:
-                    bars.append({"kind": kind, "config": config, "mode": mode,
-                                 "models": [f"{r.model} ({r.domain})" for r in members],
-                                 "components": [{"name": COMPONENT_LABELS[n],
-                                                 "values": [100.0 * r.fractions[n] for r in members]}
-                                                for n in COMPONENTS[kind]]})
+                    bars.append(
+                        {
+                            "kind": kind,
+                            "config": config,
+                            "mode": mode,
+                            "models": [f"{r.model} ({r.domain})" for r in members],
+                            "components": [
+                                {"name": COMPONENT_LABELS[n], "values": [100.0 * r.fractions[n] for r in members]}
+                                for n in COMPONENTS[kind]
+                            ],
+                        }
+                    )
     return {"tables": tables, "bars": bars}
 
 
@@ -286,11 +343,18 @@ def _backends(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
             continue
         titles = ratio_metrics()
         metrics = [m for m in titles if any(r.ratios.get(m) is not None for r in cmp.rows)]
-        out.append({"baseline": baseline, "candidate": candidate, "metrics": metrics,
-                    "titles": {m: titles[m] for m in metrics},
-                    "rows": [r.as_dict() for r in cmp.rows], "geomeans": cmp.geomeans,
-                    "failed_candidate": [u.as_dict() for u in cmp.failed_candidate],
-                    "failed_accuracy": [f"{r.model}/{r.mode}" for r in cmp.failed_accuracy]})
+        out.append(
+            {
+                "baseline": baseline,
+                "candidate": candidate,
+                "metrics": metrics,
+                "titles": {m: titles[m] for m in metrics},
+                "rows": [r.as_dict() for r in cmp.rows],
+                "geomeans": cmp.geomeans,
+                "failed_candidate": [u.as_dict() for u in cmp.failed_candidate],
+                "failed_accuracy": [f"{r.model}/{r.mode}" for r in cmp.failed_accuracy],
+            }
+        )
     return out
 
 
@@ -329,12 +393,15 @@ def _devices(store: Store, latest: LatestRun) -> list[dict[str, Any]]:
 def _coverage_figure(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a :func:`~torchgauge.stats.coverage_sets.summarize_coverage` summary the page draws."""
     apis, ops = summary.get("apis") or {}, summary.get("ops") or {}
-    return {"summary": {k: summary.get(k) for k in ("models", "against", "cover_target", "modules")},
-            "apis": {k: apis.get(k) for k in ("suite", "tagged", "ratio", "universe", "fraction_of_universe",
-                                              "cover_subset")},
-            "ops": {k: ops.get(k) for k in ("suite", "tagged", "ratio", "cover_subset")},
-            "per_domain": summary.get("per_domain") or {},
-            "greedy": apis.get("greedy") or []}
+    return {
+        "summary": {k: summary.get(k) for k in ("models", "against", "cover_target", "modules")},
+        "apis": {
+            k: apis.get(k) for k in ("suite", "tagged", "ratio", "universe", "fraction_of_universe", "cover_subset")
+        },
+        "ops": {k: ops.get(k) for k in ("suite", "tagged", "ratio", "cover_subset")},
+        "per_domain": summary.get("per_domain") or {},
+        "greedy": apis.get("greedy") or [],
+    }
 
 
 def _recorded_coverage(records: Sequence[RunRecord]) -> dict[str, Any] | None:
@@ -348,10 +415,10 @@ def _recorded_coverage(records: Sequence[RunRecord]) -> dict[str, Any] | None:
     """
     if not any(isinstance(r.metrics.get("coverage"), Mapping) for r in records):
         return None
-    from ...workflows.coverage import entries_from_records
     from ...harness.api_recorders import api_universe
     from ...registry import UnknownModelError
     from ...stats.coverage_sets import summarize_coverage
+    from ...workflows.coverage import entries_from_records
 
     try:
         entries, _failures = entries_from_records(records)
@@ -382,5 +449,10 @@ def figures_data(store: Store, latest: LatestRun, coverage: Mapping[str, Any] | 
         except ValueError as exc:
             recorded, error = None, str(exc)
         cov = None if recorded is None else _coverage_figure(recorded)
-    return {"breakdown": _breakdown(latest.results.runs), "backends": _backends(latest.results.runs),
-            "devices": _devices(store, latest), "coverage": cov, "coverage_error": error}
+    return {
+        "breakdown": _breakdown(latest.results.runs),
+        "backends": _backends(latest.results.runs),
+        "devices": _devices(store, latest),
+        "coverage": cov,
+        "coverage_error": error,
+    }

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..store import Store
 from ..store_tables import BUSY_TIMEOUT_S, STORE_SCHEMA_VERSION, StoreError, _Tx
@@ -115,7 +116,7 @@ class _Result:
 class _Cursor:
     """A cursor the store may give a row factory: any factory means rows keyed by column name."""
 
-    def __init__(self, connection: "_Connection") -> None:
+    def __init__(self, connection: _Connection) -> None:
         self.connection = connection
         self.row_factory: Any = None
 
@@ -196,7 +197,9 @@ class PostgresStore(Store):
             self._has_completed_at = True  # migrations always reach store.py's current schema
         except psycopg.Error as exc:
             self._conn.close()
-            raise StoreError(f"{self.path} is not usable as a torchgauge history database: {str(exc).strip()}") from None
+            raise StoreError(
+                f"{self.path} is not usable as a torchgauge history database: {str(exc).strip()}"
+            ) from None
         except StoreError:
             self._conn.close()
             raise
@@ -217,14 +220,21 @@ class PostgresStore(Store):
             if has_meta:
                 version = int(self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
             elif not create:
-                raise StoreError(f"no torchgauge history in {self.path}; record runs with `torchgauge run --db {self.path}`")
+                raise StoreError(
+                    f"no torchgauge history in {self.path}; record runs with `torchgauge run --db {self.path}`"
+                )
             else:
                 version = 0
             if version > target:
-                raise StoreError(f"{self.path} has store schema {version}, newer than this torchgauge "
-                                 f"supports ({target}); upgrade torchgauge")
+                raise StoreError(
+                    f"{self.path} has store schema {version}, newer than this torchgauge "
+                    f"supports ({target}); upgrade torchgauge"
+                )
             for step in range(version + 1, target + 1):
                 for statement in self.MIGRATIONS[step]:
                     self._conn.execute(statement)
-                self._conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
-                                   " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (str(step),))
+                self._conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (str(step),),
+                )

@@ -7,8 +7,8 @@ demand by :class:`~.point_cache.PointStore` and judged by :class:`~.judging.Conf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ...stats.range_search import BisectionError, BisectResult, bisect_range, find_culprits
 from .judging import ConfigJudge, Judging
@@ -61,10 +61,20 @@ def run_bisect(
         outcomes = [_bisect_config(store, label, n, judging, multiple) for label in store.labels]
     finally:
         source.close()
-    return BisectReport(kind=source.kind, points=n, builds=store.builds, cache_hits=store.cache_hits,
-                        measurements=store.measurements, measured_points=store.measured_count(),
-                        skipped_points=store.skipped_labels(), outcomes=outcomes, threshold=judging.threshold,
-                        alpha=judging.alpha, metric=spec.metric, threads=spec.threads)
+    return BisectReport(
+        kind=source.kind,
+        points=n,
+        builds=store.builds,
+        cache_hits=store.cache_hits,
+        measurements=store.measurements,
+        measured_points=store.measured_count(),
+        skipped_points=store.skipped_labels(),
+        outcomes=outcomes,
+        threshold=judging.threshold,
+        alpha=judging.alpha,
+        metric=spec.metric,
+        threads=spec.threads,
+    )
 
 
 def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, multiple: bool) -> ConfigOutcome:
@@ -77,8 +87,10 @@ def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, mult
         outcome.status = "not_reproduced"
         outcome.noise = judge.noise((0, n - 1))
         test = "" if change.p_value is None else f", p={change.p_value:.3g} (alpha {judging.alpha:g})"
-        outcome.message = (f"good and bad do not differ: {store.spec.metric} change {change.change:+.1%}"
-                           f"{test}, threshold {judging.threshold:.0%}")
+        outcome.message = (
+            f"good and bad do not differ: {store.spec.metric} change {change.change:+.1%}"
+            f"{test}, threshold {judging.threshold:.0%}"
+        )
         return outcome
     store.on_event(f"{label}: {judge.direction} of {change.change:+.1%} between the endpoints; bisecting")
     try:
@@ -101,12 +113,21 @@ def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, mult
             reason = "uncertain"
             doubts += culprit_doubts
         candidates = [{"label": points[i].label, **store.source.describe(points[i])} for i in indices]
-        outcome.culprits.append(CulpritReport(reason, points[culprit.last_good].label, candidates,
-                                              judge.change(culprit.last_good, culprit.candidates[-1])))
+        outcome.culprits.append(
+            CulpritReport(
+                reason,
+                points[culprit.last_good].label,
+                candidates,
+                judge.change(culprit.last_good, culprit.candidates[-1]),
+            )
+        )
     if doubts:
         outcome.status = "uncertain"
-        outcome.message = ("the evidence does not single out one culprit: " + "; ".join(dict.fromkeys(doubts))
-                           + ". Re-run with --threads 1 on a quieter machine or with --metric instructions")
+        outcome.message = (
+            "the evidence does not single out one culprit: "
+            + "; ".join(dict.fromkeys(doubts))
+            + ". Re-run with --threads 1 on a quieter machine or with --metric instructions"
+        )
     outcome.probes = [(points[i].label, v) for i, v in result.probes]
     outcome.uncertain = judge.uncertain
     outcome.noise = judge.noise([i for i, _ in result.probes])

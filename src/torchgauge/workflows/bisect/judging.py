@@ -8,8 +8,9 @@ Mann-Whitney U test) or, for a deterministic count, the threshold alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ...stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, median, relative_change
 from ...stats.deterministic import compare_counts
@@ -172,7 +173,6 @@ class ConfigJudge:
         if self.uncertain:
             reasons.append(f"points assigned by nearness: {', '.join(self.uncertain)}")
         return reasons
-
 
     def noise(self, indices: Sequence[int]) -> float | None:
         """Largest IQR/median of the samples judged at these points (None for counts)."""

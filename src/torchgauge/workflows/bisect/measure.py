@@ -11,8 +11,8 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ...results.schema import ResultsFile
 from .errors import BuildFailed, output_tail
@@ -32,8 +32,9 @@ Measurement = dict[str, "list[float] | str"]
 MeasureFn = Callable[[PointEnv, MeasureSpec], Measurement]
 
 
-def measure_in_subprocess(point_env: PointEnv, spec: MeasureSpec, *,
-                          timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S) -> Measurement:
+def measure_in_subprocess(
+    point_env: PointEnv, spec: MeasureSpec, *, timeout_s: float = DEFAULT_MEASURE_TIMEOUT_S
+) -> Measurement:
     """Measure every config of ``spec`` in one fresh process under the point's interpreter.
 
     Raises:
@@ -46,13 +47,22 @@ def measure_in_subprocess(point_env: PointEnv, spec: MeasureSpec, *,
         # bisection points are not history: keep them out of the user's run database
         env = {k: v for k, v in point_env.env.items() if k != "TORCHGAUGE_DB"}
         try:
-            proc = subprocess.run(cmd, cwd=point_env.cwd, env=env, timeout=timeout_s,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+            proc = subprocess.run(
+                cmd,
+                cwd=point_env.cwd,
+                env=env,
+                timeout=timeout_s,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+            )
         except subprocess.TimeoutExpired:
             raise BuildFailed(f"measurement timed out after {timeout_s:g} s") from None
         if not os.path.exists(output):
-            raise BuildFailed(f"measurement exited with code {proc.returncode} without results\n"
-                              f"{output_tail(proc.stdout)}")
+            raise BuildFailed(
+                f"measurement exited with code {proc.returncode} without results\n{output_tail(proc.stdout)}"
+            )
         try:
             results = ResultsFile.from_dict(json.loads(Path(output).read_text()))
         except ValueError as exc:  # SchemaError and JSONDecodeError are ValueErrors

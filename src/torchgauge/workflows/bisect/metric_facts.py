@@ -10,7 +10,8 @@ bisectable: one peak per process gives no sample to test.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...harness.metrics import Quantity, quantities, quantity
 

@@ -11,9 +11,9 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ...harness.threads import THREAD_ENV_VARS
 from .errors import BuildFailed
@@ -56,8 +56,7 @@ def _host_identity() -> list[str]:
         torch_version = ""
     # the thread environment changes timings as much as the threads themselves
     thread_env = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
-    return [platform.node(), platform.machine(), sys.executable, torch_version,
-            json.dumps(thread_env, sort_keys=True)]
+    return [platform.node(), platform.machine(), sys.executable, torch_version, json.dumps(thread_env, sort_keys=True)]
 
 
 class PointStore:
@@ -70,8 +69,15 @@ class PointStore:
     ``cache_dir=None`` to retry it.
     """
 
-    def __init__(self, source: PointSource, spec: MeasureSpec, *, measure: MeasureFn | None = None,
-                 cache_dir: str | Path | None = None, on_event: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        source: PointSource,
+        spec: MeasureSpec,
+        *,
+        measure: MeasureFn | None = None,
+        cache_dir: str | Path | None = None,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
         self.source = source
         self.spec = spec
         self.measure = measure or measure_in_subprocess
@@ -88,8 +94,9 @@ class PointStore:
     def _cache_path(self, index: int) -> Path | None:
         if self.cache_dir is None:
             return None
-        key = json.dumps([CACHE_VERSION, _host_identity(), self.source.identity(), self.points[index].identity,
-                          self.spec.identity()])
+        key = json.dumps(
+            [CACHE_VERSION, _host_identity(), self.source.identity(), self.points[index].identity, self.spec.identity()]
+        )
         return self.cache_dir / f"{hashlib.sha1(key.encode()).hexdigest()}.json"
 
     def _save(self, index: int) -> None:
@@ -97,9 +104,15 @@ class PointStore:
         if path is None:
             return
         point, data = self.points[index], self._data[index]
-        doc = {"cache_version": CACHE_VERSION, "point": point.label, "ref": point.ref,
-               "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-               "build_error": data.build_error, "groups": data.groups, "errors": data.errors}
+        doc = {
+            "cache_version": CACHE_VERSION,
+            "point": point.label,
+            "ref": point.ref,
+            "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "build_error": data.build_error,
+            "groups": data.groups,
+            "errors": data.errors,
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
@@ -178,7 +191,6 @@ class PointStore:
     def skip_reason(self, index: int, label: str) -> str:
         data = self.data(index)
         return data.build_error or data.errors.get(label, "")
-
 
     def measured_count(self) -> int:
         """Distinct points measured so far (or read from the cache), skips excluded."""

@@ -16,9 +16,10 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from .errors import BisectSetupError, BuildFailed
 from .venvs import ENV_COMMIT, ENV_WORKTREE, make_venv, point_environment, run_logged
@@ -59,7 +60,6 @@ class PointSource(Protocol):
     def close(self) -> None: ...
 
 
-
 class GitRange:
     """First-parent commits ``good..bad`` of a repository, each built in a scratch worktree.
 
@@ -76,9 +76,18 @@ class GitRange:
 
     kind = "git"
 
-    def __init__(self, repo: str | Path, good: str, bad: str, build: str, *, workdir: str | Path,
-                 python: str | None = None, pythonpath: Sequence[str] = (),
-                 build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        repo: str | Path,
+        good: str,
+        bad: str,
+        build: str,
+        *,
+        workdir: str | Path,
+        python: str | None = None,
+        pythonpath: Sequence[str] = (),
+        build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+    ) -> None:
         self.repo = Path(repo).resolve()
         if not self.repo.is_dir():
             raise BisectSetupError(f"--repo {repo}: no such directory")
@@ -98,14 +107,17 @@ class GitRange:
         self.bad = self._resolve(bad, "--bad")
         if self.good == self.bad:
             raise BisectSetupError("--good and --bad are the same commit; accepted: good an ancestor of bad")
-        if subprocess.run(["git", "-C", str(self.repo), "merge-base", "--is-ancestor", self.good, self.bad],
-                          capture_output=True).returncode:
-            raise BisectSetupError(f"--good {good} is not an ancestor of --bad {bad}; "
-                                   "accepted: good older than bad on one history")
+        if subprocess.run(
+            ["git", "-C", str(self.repo), "merge-base", "--is-ancestor", self.good, self.bad], capture_output=True
+        ).returncode:
+            raise BisectSetupError(
+                f"--good {good} is not an ancestor of --bad {bad}; accepted: good older than bad on one history"
+            )
 
     def _git(self, *args: str, cwd: Path | None = None) -> str:
-        proc = subprocess.run(["git", "-C", str(cwd or self.repo), *args], capture_output=True, text=True,
-                              errors="replace")
+        proc = subprocess.run(
+            ["git", "-C", str(cwd or self.repo), *args], capture_output=True, text=True, errors="replace"
+        )
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["(no message)"])[0]
             raise BisectSetupError(f"git {args[0]} failed in {cwd or self.repo}: {first}")
@@ -144,8 +156,9 @@ class GitRange:
         python = make_venv(self.venv)
         variables = {ENV_WORKTREE: str(self.worktree), ENV_COMMIT: point.ref}
         env = point_environment(self.venv, python, variables)
-        run_logged(self.build_cmd, cwd=self.worktree, env=env, timeout_s=self.build_timeout_s,
-                   what=f"build of {point.label}")
+        run_logged(
+            self.build_cmd, cwd=self.worktree, env=env, timeout_s=self.build_timeout_s, what=f"build of {point.label}"
+        )
         measure_python = Path(self.python) if self.python else python
         if not measure_python.is_absolute():
             measure_python = self.worktree / measure_python
@@ -164,14 +177,23 @@ class GitRange:
             files.append(name)
             insertions += int(added) if added.isdigit() else 0  # "-" for binary files
             deletions += int(removed) if removed.isdigit() else 0
-        return {"commit": point.ref, "subject": meta[2], "author": meta[0], "date": meta[1],
-                "files_changed": len(files), "insertions": insertions, "deletions": deletions, "files": files}
+        return {
+            "commit": point.ref,
+            "subject": meta[2],
+            "author": meta[0],
+            "date": meta[1],
+            "files_changed": len(files),
+            "insertions": insertions,
+            "deletions": deletions,
+            "files": files,
+        }
 
     def close(self) -> None:
         """Remove the scratch worktree (and its registration in the repository)."""
         if self._worktree_added:
-            subprocess.run(["git", "-C", str(self.repo), "worktree", "remove", "--force", str(self.worktree)],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(self.repo), "worktree", "remove", "--force", str(self.worktree)], capture_output=True
+            )
             subprocess.run(["git", "-C", str(self.repo), "worktree", "prune"], capture_output=True)
             self._worktree_added = False
         shutil.rmtree(self.venv, ignore_errors=True)
@@ -192,8 +214,14 @@ class VersionRange:
 
     kind = "versions"
 
-    def __init__(self, specs: Sequence[str], *, workdir: str | Path, pip_args: Sequence[str] = (),
-                 build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        specs: Sequence[str],
+        *,
+        workdir: str | Path,
+        pip_args: Sequence[str] = (),
+        build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+    ) -> None:
         specs = [s.strip() for s in specs if s.strip()]
         if len(specs) < 2:
             raise BisectSetupError(f"--versions needs at least 2 entries (good first, bad last), got {len(specs)}")
@@ -231,8 +259,17 @@ class VersionRange:
         self.workdir.mkdir(parents=True, exist_ok=True)
         python = make_venv(self.venv)
         env = point_environment(self.venv, python, {ENV_COMMIT: point.ref})
-        cmd = [str(python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--quiet",
-               *self.pip_args, point.ref]
+        cmd = [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--quiet",
+            *self.pip_args,
+            point.ref,
+        ]
         run_logged(cmd, cwd=self.workdir, env=env, timeout_s=self.build_timeout_s, what=f"install of {point.label}")
         return PointEnv(str(python), env, str(self.workdir))
 

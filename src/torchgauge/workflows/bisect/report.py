@@ -8,8 +8,16 @@ from typing import Any
 
 from ...results.schema import _json_safe  # strict JSON (NaN/inf -> null), as results files
 
-__all__ = ["REPORT_COLUMNS", "BisectReport", "ConfigOutcome", "CulpritReport", "format_change", "report_rows",
-           "report_summary", "report_warnings"]
+__all__ = [
+    "REPORT_COLUMNS",
+    "BisectReport",
+    "ConfigOutcome",
+    "CulpritReport",
+    "format_change",
+    "report_rows",
+    "report_summary",
+    "report_warnings",
+]
 
 # Columns of report_rows().
 REPORT_COLUMNS = ("config", "good -> bad", "last good", "step", "first bad")
@@ -71,7 +79,6 @@ class BisectReport:
         return _json_safe(asdict(self))
 
 
-
 def format_change(change: float) -> str:
     """``+12.3%`` below a doubling, ``3.46x`` from there (a +34,592% step reads 346.9x)."""
     return f"{change:+.1%}" if -0.5 < change < 1.0 else f"{1 + change:.3g}x"
@@ -81,8 +88,11 @@ def report_rows(report: BisectReport) -> list[list[Any]]:
     """One row per culprit (one per configuration without any), under :data:`REPORT_COLUMNS`."""
     rows: list[list[Any]] = []
     for outcome in report.outcomes:
-        ends = outcome.status if outcome.change is None else \
-            f"{format_change(outcome.change)} {outcome.direction or outcome.status}"
+        ends = (
+            outcome.status
+            if outcome.change is None
+            else f"{format_change(outcome.change)} {outcome.direction or outcome.status}"
+        )
         if not outcome.culprits:
             rows.append([outcome.config, ends, None, None, outcome.message])
         for culprit in outcome.culprits:
@@ -90,8 +100,15 @@ def report_rows(report: BisectReport) -> list[list[Any]]:
                 what = _describe(culprit.candidates[0])
             else:
                 what = f"{culprit.reason}: one of " + ", ".join(c["label"] for c in culprit.candidates)
-            rows.append([outcome.config, ends, culprit.last_good,
-                         None if culprit.change is None else format_change(culprit.change), what])
+            rows.append(
+                [
+                    outcome.config,
+                    ends,
+                    culprit.last_good,
+                    None if culprit.change is None else format_change(culprit.change),
+                    what,
+                ]
+            )
     return rows
 
 
@@ -100,28 +117,35 @@ def report_warnings(report: BisectReport) -> list[str]:
     warnings = []
     for outcome in report.outcomes:
         if outcome.noise is not None and outcome.noise > report.threshold:
-            warnings.append(f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
-                            f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. "
-                            + _noise_advice(report))
+            warnings.append(
+                f"{outcome.config}: the compared samples' spread (IQR) reached {outcome.noise:.0%} of the "
+                f"median, above the {report.threshold:.0%} threshold: verdicts may be wrong. " + _noise_advice(report)
+            )
         if outcome.status == "uncertain":
             warnings.append(f"{outcome.config}: {outcome.message}")
         if outcome.uncertain:
-            warnings.append(f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
-                            f"{', '.join(outcome.uncertain)}")
+            warnings.append(
+                f"{outcome.config}: points assigned to the nearer endpoint after re-measuring: "
+                f"{', '.join(outcome.uncertain)}"
+            )
     return warnings
 
 
 def report_summary(report: BisectReport) -> str:
     """One line: builds, cache hits, measurements, points measured and skipped."""
-    return (f"{report.builds} builds ({report.cache_hits} points from cache), {report.measurements} measurements, "
-            f"{report.measured_points} of {report.points} points measured"
-            + (f", skipped: {', '.join(report.skipped_points)}" if report.skipped_points else ""))
+    return (
+        f"{report.builds} builds ({report.cache_hits} points from cache), {report.measurements} measurements, "
+        f"{report.measured_points} of {report.points} points measured"
+        + (f", skipped: {', '.join(report.skipped_points)}" if report.skipped_points else "")
+    )
 
 
 def _describe(candidate: dict) -> str:
     if "commit" in candidate:
-        return (f"{candidate['label']} {candidate['subject']!r} ({candidate['files_changed']} files, "
-                f"+{candidate['insertions']}/-{candidate['deletions']})")
+        return (
+            f"{candidate['label']} {candidate['subject']!r} ({candidate['files_changed']} files, "
+            f"+{candidate['insertions']}/-{candidate['deletions']})"
+        )
     return candidate["label"]
 
 

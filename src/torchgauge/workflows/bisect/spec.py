@@ -64,22 +64,40 @@ class MeasureSpec:
         """One RunConfig per (model, mode), as ``torchgauge run`` plans them."""
         from ...config import plan
 
-        return plan(self.models, modes=self.modes, batch_size=self.batch_size, device=self.device,
-                    precision=self.precision, backend=self.backend, size=self.size, repeat=self.repeat,
-                    warmup=self.warmup, metrics=(self.metric,))
+        return plan(
+            self.models,
+            modes=self.modes,
+            batch_size=self.batch_size,
+            device=self.device,
+            precision=self.precision,
+            backend=self.backend,
+            size=self.size,
+            repeat=self.repeat,
+            warmup=self.warmup,
+            metrics=(self.metric,),
+        )
 
     def run_args(self, output: str) -> list[str]:
         """``torchgauge run`` arguments measuring every config in one process."""
         mode = self.modes[0] if len(self.modes) == 1 else "both"
         # --opt=value binds each value to its option and the names follow "--": no value
         # or name (say one read back from the point cache) can be parsed as an option
-        args = ["run", f"--mode={mode}", f"--device={self.device}", f"--precision={self.precision}",
-                f"--backend={self.backend}", f"--size={self.size}", f"--repeat={self.repeat}",
-                f"--warmup={self.warmup}", f"--metrics={self.metric}", "--in-process", "--quiet",
-                f"--output={output}"]
+        args = [
+            "run",
+            f"--mode={mode}",
+            f"--device={self.device}",
+            f"--precision={self.precision}",
+            f"--backend={self.backend}",
+            f"--size={self.size}",
+            f"--repeat={self.repeat}",
+            f"--warmup={self.warmup}",
+            f"--metrics={self.metric}",
+            "--in-process",
+            "--quiet",
+            f"--output={output}",
+        ]
         if self.batch_size is not None:
             args.append(f"--batch-size={self.batch_size}")
         args.append(f"--threads={'all' if self.threads is None else self.threads}")
         args += [f"--model-file={path}" for path in self.model_files]
         return [*args, "--", *self.models]
-

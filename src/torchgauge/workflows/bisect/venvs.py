@@ -22,8 +22,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .errors import BuildFailed, output_tail
 
@@ -58,15 +58,20 @@ def make_venv(venv: Path) -> Path:
         raise BuildFailed(f"could not create a virtual environment at {venv}: {output_tail(proc.stderr, 3)}")
     python = _venv_python(venv)
     if sys.prefix != sys.base_prefix:
-        out = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         lines = [f"import site; site.addsitedir({p!r})" for p in site.getsitepackages()]
         Path(out, "_torchgauge_parent_env.pth").write_text("\n".join(lines) + "\n")
     return python
 
 
-def point_environment(venv: Path, python: Path, variables: dict[str, str],
-                      pythonpath: Sequence[str] = ()) -> dict[str, str]:
+def point_environment(
+    venv: Path, python: Path, variables: dict[str, str], pythonpath: Sequence[str] = ()
+) -> dict[str, str]:
     """This process's environment with ``venv`` activated, the contract's variables and
     ``pythonpath`` put first on ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "__PYVENV_LAUNCHER__")}
@@ -83,11 +88,19 @@ def point_environment(venv: Path, python: Path, variables: dict[str, str],
 def run_logged(cmd: str | list[str], *, cwd: str | Path, env: dict[str, str], timeout_s: float, what: str) -> None:
     """Run a build/install step; raise BuildFailed with the output's tail when it fails."""
     try:
-        proc = subprocess.run(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, timeout=timeout_s,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.run(
+            cmd,
+            shell=isinstance(cmd, str),
+            cwd=cwd,
+            env=env,
+            timeout=timeout_s,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
     except subprocess.TimeoutExpired:
         raise BuildFailed(f"{what} timed out after {timeout_s:g} s") from None
     if proc.returncode != 0:
         tail = output_tail(proc.stdout)
         raise BuildFailed(f"{what} exited with code {proc.returncode}" + (f"\n{tail}" if tail else ""))
-

@@ -7,8 +7,9 @@ runs in this process (diagnosis is interactive; a crash is the user's to see).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["DIAGNOSE_STEPS", "DIAGNOSE_WARMUP", "Diagnosis", "diagnose_model", "diagnose_modes"]
 
@@ -34,15 +35,32 @@ class Diagnosis:
     trace_path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "mode": self.mode, "device": self.device, "size": self.size,
-                "batch_size": self.batch_size, "steps": self.steps, "span_ms": self.span_ms,
-                "model_files": list(self.model_files), "trace_path": self.trace_path,
-                "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "device": self.device,
+            "size": self.size,
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "span_ms": self.span_ms,
+            "model_files": list(self.model_files),
+            "trace_path": self.trace_path,
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
-def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size: str = "full",
-                   batch_size: int | None = None, steps: int = DIAGNOSE_STEPS, warmup: int = DIAGNOSE_WARMUP,
-                   profile_dir: str | None = None, seed: int = 0) -> Diagnosis:
+def diagnose_model(
+    name: str,
+    mode: str = "train",
+    device: str = "cpu",
+    *,
+    size: str = "full",
+    batch_size: int | None = None,
+    steps: int = DIAGNOSE_STEPS,
+    warmup: int = DIAGNOSE_WARMUP,
+    profile_dir: str | None = None,
+    seed: int = 0,
+) -> Diagnosis:
     """Profile ``steps`` iterations of a registered model and return the findings.
 
     Raises:
@@ -52,30 +70,51 @@ def diagnose_model(name: str, mode: str = "train", device: str = "cpu", *, size:
         >>> d = diagnose_model("resnet18", "train", size="smoke")  # doctest: +SKIP
         >>> [f.rule for f in d.findings]  # doctest: +SKIP
     """
-    from .rules import diagnose
     from ...harness.profile import profile_for_diagnosis, trace_file_path
     from ...registry import create, get_builder
+    from .rules import diagnose
 
     workload = create(name, mode=mode, device=device, batch_size=batch_size, size=size, seed=seed)
     trace_path = None
     if profile_dir:
         trace_path = str(trace_file_path(profile_dir, f"{name}/{mode}/{device}/diagnose"))
-    trace, call_sites, model_files = profile_for_diagnosis(workload, steps, warmup=warmup, builder=get_builder(name),
-                                                           trace_path=trace_path)
+    trace, call_sites, model_files = profile_for_diagnosis(
+        workload, steps, warmup=warmup, builder=get_builder(name), trace_path=trace_path
+    )
     window = trace.window()
     return Diagnosis(
-        model=name, mode=mode, device=device, size=size, batch_size=workload.batch_size, steps=len(trace.steps),
+        model=name,
+        mode=mode,
+        device=device,
+        size=size,
+        batch_size=workload.batch_size,
+        steps=len(trace.steps),
         span_ms=(window[1] - window[0]) / 1e3,
-        findings=diagnose(trace, model_files=model_files, call_lines=call_sites.lines, raised=call_sites.raised,
-                          callers=call_sites.callers, direct=call_sites.direct),
-        model_files=model_files, trace_path=trace_path,
+        findings=diagnose(
+            trace,
+            model_files=model_files,
+            call_lines=call_sites.lines,
+            raised=call_sites.raised,
+            callers=call_sites.callers,
+            direct=call_sites.direct,
+        ),
+        model_files=model_files,
+        trace_path=trace_path,
     )
 
 
-def diagnose_modes(name: str, modes: Sequence[str], device: str = "cpu", *, size: str = "full",
-                   batch_size: int | None = None, steps: int = DIAGNOSE_STEPS, profile_dir: str | None = None,
-                   on_event: Callable[[str], None] | None = None,
-                   on_unsupported: Callable[[str], None] | None = None) -> list[Diagnosis]:
+def diagnose_modes(
+    name: str,
+    modes: Sequence[str],
+    device: str = "cpu",
+    *,
+    size: str = "full",
+    batch_size: int | None = None,
+    steps: int = DIAGNOSE_STEPS,
+    profile_dir: str | None = None,
+    on_event: Callable[[str], None] | None = None,
+    on_unsupported: Callable[[str], None] | None = None,
+) -> list[Diagnosis]:
     """:func:`diagnose_model` for each of ``modes`` in turn; a mode the model does not support
     is reported to ``on_unsupported`` and left out, ``on_event`` hears each profiling start."""
     from ...workload import UnsupportedError
@@ -85,8 +124,11 @@ def diagnose_modes(name: str, modes: Sequence[str], device: str = "cpu", *, size
         if on_event:
             on_event(f"profiling {name} {mode} on {device} ({size}, {steps} steps)")
         try:
-            results.append(diagnose_model(name, mode, device, size=size, batch_size=batch_size, steps=steps,
-                                          profile_dir=profile_dir))
+            results.append(
+                diagnose_model(
+                    name, mode, device, size=size, batch_size=batch_size, steps=steps, profile_dir=profile_dir
+                )
+            )
         except UnsupportedError as exc:
             if on_unsupported:
                 on_unsupported(f"{name} {mode}: unsupported: {exc}")

@@ -56,9 +56,14 @@ BART_BASE = HFModelSpec(
 
 
 @register_model(
-    domain="nlp", task="seq2seq_language_modeling",
+    domain="nlp",
+    task="seq2seq_language_modeling",
     source="Lewis et al., BART, 2019; Hugging Face transformers (Apache-2.0)",
-    batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=139_420_416, hf_spec=BART_BASE,
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=139_420_416,
+    hf_spec=BART_BASE,
 )
 def hf_Bart(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BART-base (BartForConditionalGeneration), 512 tokens."""

@@ -183,57 +183,121 @@ CONVBERT_BASE = HFModelSpec(
 )
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=109_514_298, hf_spec=BERT_BASE_UNCASED)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=109_514_298,
+    hf_spec=BERT_BASE_UNCASED,
+)
 def hf_Bert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-base uncased (BertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, BERT_BASE_UNCASED, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}; TorchBench hf_Bert_large",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=284_818_234, hf_spec=BERT_LARGE_TORCHBENCH)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}; TorchBench hf_Bert_large",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=284_818_234,
+    hf_spec=BERT_LARGE_TORCHBENCH,
+)
 def hf_Bert_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's BERT-large (BertForMaskedLM: 24 x 1024, intermediate 3072, uncased vocabulary), sequence 512."""
     return create_hf_workload(ctx, BERT_LARGE_TORCHBENCH, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf", "mlperf"), param_count=333_610_308, hf_spec=BERT_LARGE_CASED)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Devlin et al., BERT, 2018; {_SOURCE_HF}",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf", "mlperf"),
+    param_count=333_610_308,
+    hf_spec=BERT_LARGE_CASED,
+)
 def bert_large_cased(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-large cased (BertForMaskedLM), sequence 512; MLPerf's language model."""
     return create_hf_workload(ctx, BERT_LARGE_CASED, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Lan et al., ALBERT, 2019; {_SOURCE_HF}",
-                batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=11_221_680, hf_spec=ALBERT_BASE_V2)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Lan et al., ALBERT, 2019; {_SOURCE_HF}",
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=11_221_680,
+    hf_spec=ALBERT_BASE_V2,
+)
 def hf_Albert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """ALBERT-base v2 (AlbertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, ALBERT_BASE_V2, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Sanh et al., DistilBERT, 2019; {_SOURCE_HF}",
-                batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=66_985_530, hf_spec=DISTILBERT_BASE_UNCASED)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Sanh et al., DistilBERT, 2019; {_SOURCE_HF}",
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=66_985_530,
+    hf_spec=DISTILBERT_BASE_UNCASED,
+)
 def hf_DistilBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """DistilBERT-base uncased (DistilBertForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, DISTILBERT_BASE_UNCASED, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Conneau et al., XLM-R, 2019; {_SOURCE_HF}; TorchBench hf_Roberta_base",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=278_295_186, hf_spec=XLM_ROBERTA_BASE_TORCHBENCH)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Conneau et al., XLM-R, 2019; {_SOURCE_HF}; TorchBench hf_Roberta_base",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=278_295_186,
+    hf_spec=XLM_ROBERTA_BASE_TORCHBENCH,
+)
 def hf_Roberta_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's: xlm-roberta-base (XLMRobertaForMaskedLM), sequence 512."""
     return create_hf_workload(ctx, XLM_ROBERTA_BASE_TORCHBENCH, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Conneau et al., XLM-R, 2019; FAMBench; {_SOURCE_HF}",
-                batch_size=(96, 96), preload=HF_PRELOAD, tags=("hf",), param_count=278_295_186, hf_spec=XLM_ROBERTA_BASE)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Conneau et al., XLM-R, 2019; FAMBench; {_SOURCE_HF}",
+    batch_size=(96, 96),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=278_295_186,
+    hf_spec=XLM_ROBERTA_BASE,
+)
 def fambench_xlmr(ctx: BuildContext, **kwargs: Any) -> Workload:
     """XLM-R base (XLMRobertaForMaskedLM), FAMBench's sequence 64 and batch 96."""
     return create_hf_workload(ctx, XLM_ROBERTA_BASE, **kwargs)
 
 
-@register_model(domain="nlp", task="masked_language_modeling", source=f"Jiang et al., ConvBERT, NeurIPS 2020; {_SOURCE_HF}",
-                batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",), param_count=106_303_170, hf_spec=CONVBERT_BASE)
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Jiang et al., ConvBERT, NeurIPS 2020; {_SOURCE_HF}",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=106_303_170,
+    hf_spec=CONVBERT_BASE,
+)
 def hf_ConvBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """ConvBERT-base (ConvBertForMaskedLM): mixed attention and span-based dynamic convolution, sequence 512."""
     return create_hf_workload(ctx, CONVBERT_BASE, **kwargs)

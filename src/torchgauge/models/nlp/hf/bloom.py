@@ -37,9 +37,16 @@ BLOOM_560M = HFModelSpec(
 )
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",),
-                source="BigScience, BLOOM, 2022; Hugging Face transformers (Apache-2.0)",
-                param_count=559_214_592, hf_spec=BLOOM_560M)
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    source="BigScience, BLOOM, 2022; Hugging Face transformers (Apache-2.0)",
+    param_count=559_214_592,
+    hf_spec=BLOOM_560M,
+)
 def hf_Bloom(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BLOOM-560m (BloomForCausalLM, ALiBi attention), 512 / 1024 tokens."""
     return create_hf_workload(ctx, BLOOM_560M, **kwargs)

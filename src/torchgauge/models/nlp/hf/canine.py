@@ -73,11 +73,18 @@ CANINE_S = HFModelSpec(
 )
 
 
-@register_model(domain="nlp", task="text_classification", batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",),
-                source="Clark et al., CANINE, TACL 2022; Hugging Face transformers (Apache-2.0)",
-                # transformers' CanineForSequenceClassification at the canine-s config (encoder 132,082,944)
-                param_count=132_084_482, hf_spec=CANINE_S,
-                notes="Inputs are 2,048 random code points of the Basic Multilingual Plane; two-way classification.")
+@register_model(
+    domain="nlp",
+    task="text_classification",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    source="Clark et al., CANINE, TACL 2022; Hugging Face transformers (Apache-2.0)",
+    # transformers' CanineForSequenceClassification at the canine-s config (encoder 132,082,944)
+    param_count=132_084_482,
+    hf_spec=CANINE_S,
+    notes="Inputs are 2,048 random code points of the Basic Multilingual Plane; two-way classification.",
+)
 def hf_Canine(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CANINE-S (character-level, hashed code-point embeddings, 4x downsampling), 2,048 characters."""
     return create_hf_workload(ctx, CANINE_S, **kwargs)

@@ -72,11 +72,23 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
     inputs=image_text_inputs,
     smoke_seq_len=6,
     smoke_config={
-        "text_config": {"vocab_size": 512, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                        "num_attention_heads": 2, "max_position_embeddings": 16,
-                        "bos_token_id": 510, "eos_token_id": 511},
-        "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                          "num_attention_heads": 2, "image_size": 64},  # 2x2 patches of 32
+        "text_config": {
+            "vocab_size": 512,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 16,
+            "bos_token_id": 510,
+            "eos_token_id": 511,
+        },
+        "vision_config": {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": 64,
+        },  # 2x2 patches of 32
         "projection_dim": 16,
     },
     optimizer="adamw",  # TorchBench hf_clip: AdamW(lr=5e-4, weight_decay=1e-4, eps=1e-6)
@@ -86,9 +98,14 @@ CLIP_VIT_BASE_PATCH32 = HFModelSpec(
 
 
 @register_model(
-    domain="vision", task="contrastive_image_text",
+    domain="vision",
+    task="contrastive_image_text",
     source="Radford et al., CLIP, 2021; Hugging Face transformers (Apache-2.0)",
-    batch_size=(32, 32), preload=HF_PRELOAD, tags=("hf",), param_count=151_277_313, hf_spec=CLIP_VIT_BASE_PATCH32,
+    batch_size=(32, 32),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=151_277_313,
+    hf_spec=CLIP_VIT_BASE_PATCH32,
 )
 def hf_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CLIP ViT-B/32 (CLIPModel), 224x224 images and 6-token captions, as TorchBench."""

@@ -15,9 +15,10 @@ models register without it and their builders raise :class:`UnsupportedError` in
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

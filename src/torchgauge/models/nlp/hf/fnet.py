@@ -40,12 +40,18 @@ FNET_BASE = HFModelSpec(
 )
 
 
-@register_model(domain="nlp", task="masked_language_modeling", batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf", "fft"),
-                source="Lee-Thorp et al., FNet, NAACL 2022; Hugging Face transformers (Apache-2.0)",
-                param_count=83_485_184,  # the paper's FNet-Base: 83M
-                unsupported_precisions=("fp16", "bf16"),
-                hf_spec=FNET_BASE,
-                notes="fp16/bf16: no half-precision fftn on CPU (cuFFT half needs power-of-two sizes; 768 is not).")
+@register_model(
+    domain="nlp",
+    task="masked_language_modeling",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf", "fft"),
+    source="Lee-Thorp et al., FNet, NAACL 2022; Hugging Face transformers (Apache-2.0)",
+    param_count=83_485_184,  # the paper's FNet-Base: 83M
+    unsupported_precisions=("fp16", "bf16"),
+    hf_spec=FNET_BASE,
+    notes="fp16/bf16: no half-precision fftn on CPU (cuFFT half needs power-of-two sizes; 768 is not).",
+)
 def hf_FNet(ctx: BuildContext, **kwargs: Any) -> Workload:
     """FNet-base (FNetForMaskedLM): Fourier token mixing, sequence 512."""
     return create_hf_workload(ctx, FNET_BASE, **kwargs)

@@ -46,16 +46,30 @@ WMT19_EN_DE = HFModelSpec(
     },
     seq_len=(256, 256),
     inputs=seq2seq_inputs,
-    smoke_config={"src_vocab_size": 512, "tgt_vocab_size": 512, "d_model": 32, "encoder_layers": 1,
-                  "decoder_layers": 1, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
-                  "encoder_ffn_dim": 64, "decoder_ffn_dim": 64},
+    smoke_config={
+        "src_vocab_size": 512,
+        "tgt_vocab_size": 512,
+        "d_model": 32,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 64,
+        "decoder_ffn_dim": 64,
+    },
 )
 
 
-@register_model(domain="nlp", task="translation", batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",),
-                source="Ng et al., FAIR WMT19, 2019; Hugging Face transformers (Apache-2.0)",
-                param_count=408_268_800,  # counted from the config (FAIR reports no total)
-                hf_spec=WMT19_EN_DE)
+@register_model(
+    domain="nlp",
+    task="translation",
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    source="Ng et al., FAIR WMT19, 2019; Hugging Face transformers (Apache-2.0)",
+    param_count=408_268_800,  # counted from the config (FAIR reports no total)
+    hf_spec=WMT19_EN_DE,
+)
 def hf_FSMT(ctx: BuildContext, **kwargs: Any) -> Workload:
     """FAIR WMT19 en-de (FSMTForConditionalGeneration), transformer big with 8192-wide FFN, 256 tokens."""
     return create_hf_workload(ctx, WMT19_EN_DE, **kwargs)

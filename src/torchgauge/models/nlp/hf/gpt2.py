@@ -26,7 +26,9 @@ _SMOKE_GPT2 = {
 }
 
 
-def _gpt2_spec(checkpoint: str, *, n_embd: int, n_layer: int, n_head: int, cpu_eval_seq_len: int | None = None) -> HFModelSpec:
+def _gpt2_spec(
+    checkpoint: str, *, n_embd: int, n_layer: int, n_head: int, cpu_eval_seq_len: int | None = None
+) -> HFModelSpec:
     # gpt2 and gpt2-large share every field but width, depth and heads.
     config = {
         "vocab_size": 50257,
@@ -57,22 +59,49 @@ GPT2 = _gpt2_spec("gpt2", n_embd=768, n_layer=12, n_head=12, cpu_eval_seq_len=25
 GPT2_LARGE = _gpt2_spec("gpt2-large", n_embd=1280, n_layer=36, n_head=20)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",),
-                param_count=124_439_808, hf_spec=GPT2, torchbench_name="hf_ptg1")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=124_439_808,
+    hf_spec=GPT2,
+    torchbench_name="hf_ptg1",
+)
 def hf_GPT2(ctx: BuildContext, **kwargs: Any) -> Workload:
     """GPT-2 124M (GPT2LMHeadModel), 512 / 1024 tokens."""
     return create_hf_workload(ctx, GPT2, **kwargs)
 
 
-@register_model(domain="nlp", task="language_modeling", source=_SOURCE, batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf",),
-                param_count=774_030_080, hf_spec=GPT2_LARGE, torchbench_name="hf_ptg1")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    source=_SOURCE,
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=774_030_080,
+    hf_spec=GPT2_LARGE,
+    torchbench_name="hf_ptg1",
+)
 def hf_GPT2_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """GPT-2 large 774M (GPT2LMHeadModel), 512 / 1024 tokens."""
     return create_hf_workload(ctx, GPT2_LARGE, **kwargs)
 
 
-@register_model(domain="nlp", task="text_generation", source=_SOURCE, batch_size=1, modes=("eval",),
-                preload=HF_PRELOAD, tags=("hf", "generation"), param_count=124_439_808, hf_spec=GPT2)
+@register_model(
+    domain="nlp",
+    task="text_generation",
+    source=_SOURCE,
+    batch_size=1,
+    modes=("eval",),
+    preload=HF_PRELOAD,
+    tags=("hf", "generation"),
+    param_count=124_439_808,
+    hf_spec=GPT2,
+)
 def hf_GPT2_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
     """GPT-2 generate(): 768-token prompt, 256 greedy new tokens (fills the 1024 context), static cache."""
     return create_hf_generation(ctx, GPT2, prompt_len=768, new_tokens=256, **kwargs)

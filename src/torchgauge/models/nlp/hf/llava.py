@@ -23,6 +23,7 @@ from ....registry import register_model
 from ....workload import BuildContext, Workload
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
+
 def text_tokens(ctx: BuildContext, config: Any, seq_len: int) -> dict:
     """Token ids ``(B, seq_len)`` from the language model's vocabulary; no image."""
     return {"input_ids": ctx.randint(0, config.text_config.vocab_size, (ctx.batch_size, seq_len))}

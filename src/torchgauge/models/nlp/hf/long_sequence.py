@@ -161,8 +161,14 @@ YOSO_4096 = HFModelSpec(
 
 
 @register_model(
-    domain="nlp", task="masked_language_modeling", source=f"Zaheer et al., Big Bird, 2020; {_SOURCE_HF}",
-    batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",), param_count=128_111_286, hf_spec=BIGBIRD_ROBERTA_BASE,
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Zaheer et al., Big Bird, 2020; {_SOURCE_HF}",
+    batch_size=(2, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=128_111_286,
+    hf_spec=BIGBIRD_ROBERTA_BASE,
 )
 def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BigBird-RoBERTa-base (BigBirdForMaskedLM), block-sparse attention, 1024 / 4096 tokens."""
@@ -170,8 +176,14 @@ def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="nlp", task="masked_language_modeling", source=f"Beltagy et al., Longformer, 2020; {_SOURCE_HF}",
-    batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",), param_count=148_711_257, hf_spec=LONGFORMER_BASE_4096,
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Beltagy et al., Longformer, 2020; {_SOURCE_HF}",
+    batch_size=(2, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=148_711_257,
+    hf_spec=LONGFORMER_BASE_4096,
 )
 def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Longformer-base-4096 (LongformerForMaskedLM), 512-token windows, 1024 / 4096 tokens."""
@@ -179,8 +191,14 @@ def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="nlp", task="language_modeling", source=f"Kitaev et al., Reformer, 2020; {_SOURCE_HF}",
-    batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",), param_count=5_976_192, hf_spec=REFORMER_TORCHBENCH,
+    domain="nlp",
+    task="language_modeling",
+    source=f"Kitaev et al., Reformer, 2020; {_SOURCE_HF}",
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=5_976_192,
+    hf_spec=REFORMER_TORCHBENCH,
     notes="TorchBench's ReformerConfig(num_buckets=128) defaults: axial positions (64, 64) for 4096 tokens",
 )
 def hf_Reformer(ctx: BuildContext, **kwargs: Any) -> Workload:
@@ -189,8 +207,14 @@ def hf_Reformer(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="nlp", task="masked_language_modeling", source=f"Zeng et al., YOSO, ICML 2021; {_SOURCE_HF}",
-    batch_size=(1, 1), preload=HF_PRELOAD, tags=("hf",), param_count=127_451_481, hf_spec=YOSO_4096,
+    domain="nlp",
+    task="masked_language_modeling",
+    source=f"Zeng et al., YOSO, ICML 2021; {_SOURCE_HF}",
+    batch_size=(1, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=127_451_481,
+    hf_spec=YOSO_4096,
     notes="expectation mode: softmax-free O(T^2) attention from arccos collision probabilities",
 )
 def hf_Yoso(ctx: BuildContext, **kwargs: Any) -> Workload:

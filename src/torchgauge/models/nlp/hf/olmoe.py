@@ -60,10 +60,16 @@ OLMOE_1B_7B = HFModelSpec(
 # No param_count: the parameter-count test builds the full model, and 27.7 GB of fp32 weights
 # do not fit the CI machine. transformers builds 6,919,161,856 parameters at this config (the
 # paper's 6.9B); tests/models/test_hf.py checks it on the meta device.
-@register_model(domain="nlp", task="language_modeling", batch_size=(1, 1), preload=HF_PRELOAD, tags=("hf", "moe"),
-                source="Muennighoff et al., OLMoE, ICLR 2025; Hugging Face transformers (Apache-2.0)",
-                hf_spec=OLMOE_1B_7B,
-                notes="6.9B parameters (1.3B active): full-size training needs ~110 GB for fp32 weights and Adam.")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(1, 1),
+    preload=HF_PRELOAD,
+    tags=("hf", "moe"),
+    source="Muennighoff et al., OLMoE, ICLR 2025; Hugging Face transformers (Apache-2.0)",
+    hf_spec=OLMOE_1B_7B,
+    notes="6.9B parameters (1.3B active): full-size training needs ~110 GB for fp32 weights and Adam.",
+)
 def hf_OLMoE(ctx: BuildContext, **kwargs: Any) -> Workload:
     """OLMoE-1B-7B (OlmoeForCausalLM): 64 experts, top-8 routing, 512 / 1024 tokens."""
     return create_hf_workload(ctx, OLMOE_1B_7B, **kwargs)

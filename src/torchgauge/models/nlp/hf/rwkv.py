@@ -37,16 +37,28 @@ RWKV_4_169M = HFModelSpec(
         "tie_word_embeddings": False,
     },
     seq_len=(1024, 1024),
-    smoke_config={"vocab_size": 512, "hidden_size": 32, "attention_hidden_size": 32,
-                  "intermediate_size": 64, "num_hidden_layers": 2},
+    smoke_config={
+        "vocab_size": 512,
+        "hidden_size": 32,
+        "attention_hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+    },
 )
 
 
-@register_model(domain="nlp", task="language_modeling", batch_size=(4, 1), preload=HF_PRELOAD, tags=("hf", "rnn"),
-                source="Peng et al., RWKV, 2023; Hugging Face transformers (Apache-2.0)",
-                param_count=169_342_464, hf_spec=RWKV_4_169M,
-                notes="WKV runs as transformers' per-timestep loop on every device (its CUDA kernel comes "
-                "from the hub); eval halves the weights of every 6th block once (rescale_every) as transformers does")
+@register_model(
+    domain="nlp",
+    task="language_modeling",
+    batch_size=(4, 1),
+    preload=HF_PRELOAD,
+    tags=("hf", "rnn"),
+    source="Peng et al., RWKV, 2023; Hugging Face transformers (Apache-2.0)",
+    param_count=169_342_464,
+    hf_spec=RWKV_4_169M,
+    notes="WKV runs as transformers' per-timestep loop on every device (its CUDA kernel comes "
+    "from the hub); eval halves the weights of every 6th block once (rescale_every) as transformers does",
+)
 def hf_Rwkv(ctx: BuildContext, **kwargs: Any) -> Workload:
     """RWKV-4 169M (RwkvForCausalLM), WKV recurrence over 1024 tokens."""
     return create_hf_workload(ctx, RWKV_4_169M, **kwargs)

@@ -28,8 +28,16 @@ _SMOKE_T5 = {
 }
 
 
-def _t5_spec(checkpoint: str, *, d_model: int, d_ff: int, num_layers: int, num_heads: int,
-             seq_len: tuple[int, int], cpu_eval_seq_len: int | None = None) -> HFModelSpec:
+def _t5_spec(
+    checkpoint: str,
+    *,
+    d_model: int,
+    d_ff: int,
+    num_layers: int,
+    num_heads: int,
+    seq_len: tuple[int, int],
+    cpu_eval_seq_len: int | None = None,
+) -> HFModelSpec:
     # The three sizes share every field but width, depth and heads (d_kv is 64 in all).
     config = {
         "vocab_size": 32128,
@@ -61,36 +69,78 @@ def _t5_spec(checkpoint: str, *, d_model: int, d_ff: int, num_layers: int, num_h
     )
 
 
-T5_SMALL = _t5_spec("t5-small", d_model=512, d_ff=2048, num_layers=6, num_heads=8, seq_len=(1024, 2048),
-                    cpu_eval_seq_len=512)  # TorchBench: 2048 / 4 on CPU
+T5_SMALL = _t5_spec(
+    "t5-small", d_model=512, d_ff=2048, num_layers=6, num_heads=8, seq_len=(1024, 2048), cpu_eval_seq_len=512
+)  # TorchBench: 2048 / 4 on CPU
 T5_BASE = _t5_spec("t5-base", d_model=768, d_ff=3072, num_layers=12, num_heads=12, seq_len=(1024, 2048))
 T5_LARGE = _t5_spec("t5-large", d_model=1024, d_ff=4096, num_layers=24, num_heads=16, seq_len=(512, 512))
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",),
-                param_count=60_506_624, hf_spec=T5_SMALL)
+@register_model(
+    domain="nlp",
+    task="seq2seq_language_modeling",
+    source=_SOURCE,
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=60_506_624,
+    hf_spec=T5_SMALL,
+)
 def hf_T5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small (T5ForConditionalGeneration), 1024 / 2048 tokens."""
     return create_hf_workload(ctx, T5_SMALL, **kwargs)
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(8, 1), preload=HF_PRELOAD, tags=("hf",),
-                param_count=222_903_552, hf_spec=T5_BASE)
+@register_model(
+    domain="nlp",
+    task="seq2seq_language_modeling",
+    source=_SOURCE,
+    batch_size=(8, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=222_903_552,
+    hf_spec=T5_BASE,
+)
 def hf_T5_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-base (T5ForConditionalGeneration), 1024 / 2048 tokens."""
     return create_hf_workload(ctx, T5_BASE, **kwargs)
 
 
-@register_model(domain="nlp", task="seq2seq_language_modeling", source=_SOURCE, batch_size=(2, 1), preload=HF_PRELOAD, tags=("hf",),
-                param_count=737_668_096, hf_spec=T5_LARGE)
+@register_model(
+    domain="nlp",
+    task="seq2seq_language_modeling",
+    source=_SOURCE,
+    batch_size=(2, 1),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=737_668_096,
+    hf_spec=T5_LARGE,
+)
 def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-large (T5ForConditionalGeneration), 512 tokens."""
     return create_hf_workload(ctx, T5_LARGE, **kwargs)
 
 
-@register_model(domain="nlp", task="text_generation", source=_SOURCE, batch_size=1, modes=("eval",),
-                preload=HF_PRELOAD, tags=("hf", "generation"), param_count=60_506_624, hf_spec=T5_SMALL)
+@register_model(
+    domain="nlp",
+    task="text_generation",
+    source=_SOURCE,
+    batch_size=1,
+    modes=("eval",),
+    preload=HF_PRELOAD,
+    tags=("hf", "generation"),
+    param_count=60_506_624,
+    hf_spec=T5_SMALL,
+)
 def hf_T5_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small generate(): 2048-token input (512 on CPU), 256 greedy new tokens, dynamic cache as TorchBench."""
-    return create_hf_generation(ctx, T5_SMALL, prompt_len=2048, cpu_prompt_len=512, new_tokens=256, static_cache=False,
-                                attention_mask=False, **kwargs)
+    return create_hf_generation(
+        ctx,
+        T5_SMALL,
+        prompt_len=2048,
+        cpu_prompt_len=512,
+        new_tokens=256,
+        static_cache=False,
+        attention_mask=False,
+        **kwargs,
+    )

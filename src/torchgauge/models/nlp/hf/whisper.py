@@ -92,9 +92,15 @@ WHISPER_AUDIO_CLASSIFICATION = HFModelSpec(
 
 
 @register_model(
-    domain="speech", task="audio_classification", modes=("eval",),
+    domain="speech",
+    task="audio_classification",
+    modes=("eval",),
     source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0); TorchBench hf_Whisper",
-    batch_size=8, preload=HF_PRELOAD, tags=("hf",), param_count=8_307_458, hf_spec=WHISPER_AUDIO_CLASSIFICATION,
+    batch_size=8,
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=8_307_458,
+    hf_spec=WHISPER_AUDIO_CLASSIFICATION,
     notes="eval only, as TorchBench (its train raises NotImplementedError)",
 )
 def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
@@ -103,9 +109,14 @@ def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="speech", task="speech_recognition",
+    domain="speech",
+    task="speech_recognition",
     source="Radford et al., Whisper, 2022; Hugging Face transformers (Apache-2.0)",
-    batch_size=(8, 64), preload=HF_PRELOAD, tags=("hf",), param_count=37_760_640, hf_spec=WHISPER_TINY,
+    batch_size=(8, 64),
+    preload=HF_PRELOAD,
+    tags=("hf",),
+    param_count=37_760_640,
+    hf_spec=WHISPER_TINY,
 )
 def whisper_tiny(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Whisper-tiny (WhisperForConditionalGeneration), 3000 mel frames, 448 decoder tokens."""

@@ -40,7 +40,8 @@ __all__ = ["EdgeConv", "GATConv", "GCNConv", "GINConv", "SAGEConv", "aggregate",
 def _in_degree(target: torch.Tensor, num_nodes: int, dtype: torch.dtype) -> torch.Tensor:
     # index_add rather than bincount: bincount has no deterministic CUDA kernel
     return torch.zeros(num_nodes, dtype=dtype, device=target.device).index_add_(
-        0, target, torch.ones_like(target, dtype=dtype))
+        0, target, torch.ones_like(target, dtype=dtype)
+    )
 
 
 def aggregate(messages: torch.Tensor, target: torch.Tensor, num_nodes: int, reduce: str) -> torch.Tensor:
@@ -187,7 +188,8 @@ class BasicGNN(nn.Module):
             last = len(widths) - 2
             self.convs = nn.ModuleList(
                 GATConv(a, b if i == last else b // cfg.heads, cfg.heads, concat=i != last, dropout=cfg.dropout)
-                for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])))
+                for i, (a, b) in enumerate(zip(widths[:-1], widths[1:]))
+            )
         else:
             self.convs = nn.ModuleList(layer(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.dropout = cfg.dropout
@@ -223,8 +225,13 @@ def _create_basic_gnn(ctx: BuildContext, **kwargs) -> Workload:
     return GradientOnlyWorkload(ctx, BasicGNN(cfg), (features, edges))
 
 
-_SPEC = dict(domain="other", task="node_classification", batch_size=(1, 1), tags=("gnn",),
-             source="TorchBench basic_gnn (PyG BasicGNN(64, 64, num_layers=3)) on its 10k-node random graph")
+_SPEC = dict(
+    domain="other",
+    task="node_classification",
+    batch_size=(1, 1),
+    tags=("gnn",),
+    source="TorchBench basic_gnn (PyG BasicGNN(64, 64, num_layers=3)) on its 10k-node random graph",
+)
 
 
 @register_model(**_SPEC, param_count=12_480)
@@ -251,9 +258,12 @@ def basic_gnn_edgecnn(ctx: BuildContext, **kwargs) -> Workload:
     return _create_basic_gnn(ctx, **{"layer": "edgecnn", **kwargs})
 
 
-@register_model(**_SPEC, unsupported_precisions=("fp16",),
-                notes="fp16 unsupported: pure-fp16 Adam (eps 1e-8 underflows to 0) sends the weights to inf/NaN "
-                      "on the first step; bf16 and amp are fine.")
+@register_model(
+    **_SPEC,
+    unsupported_precisions=("fp16",),
+    notes="fp16 unsupported: pure-fp16 Adam (eps 1e-8 underflows to 0) sends the weights to inf/NaN "
+    "on the first step; bf16 and amp are fine.",
+)
 def basic_gnn_gat(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer GAT (one head, attention dropout), 64 hidden."""
     return _create_basic_gnn(ctx, **{"layer": "gat", **kwargs})

@@ -32,8 +32,8 @@ step. Data are random images. Written from the papers and the description above;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import autograd, nn
@@ -60,8 +60,16 @@ class MDEQConfig:
     image_size: int = 32
 
 
-def anderson(f: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, m: int = 6, lam: float = 1e-4,
-             threshold: int = 50, eps: float = 1e-3, stop_mode: str = "rel", beta: float = 1.0) -> torch.Tensor:
+def anderson(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x0: torch.Tensor,
+    m: int = 6,
+    lam: float = 1e-4,
+    threshold: int = 50,
+    eps: float = 1e-3,
+    stop_mode: str = "rel",
+    beta: float = 1.0,
+) -> torch.Tensor:
     """Anderson acceleration for ``x = f(x)``, ``x0 (B, d, L)``; returns the iterate of lowest residual.
 
     Keeps the last ``m`` iterates ``X`` and images ``F``; each step picks the affine combination
@@ -83,8 +91,8 @@ def anderson(f: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, m: int
         n = min(k, m)
         G = Fx[:, :n] - X[:, :n]  # (B, n, d L) residuals
         eye = torch.eye(n, dtype=x0.dtype, device=x0.device)
-        H[:, 1:n + 1, 1:n + 1] = torch.bmm(G, G.transpose(1, 2)) + lam * eye[None]
-        alpha = torch.linalg.solve(H[:, :n + 1, :n + 1], y[:, :n + 1])[:, 1:n + 1, 0]  # (B, n)
+        H[:, 1 : n + 1, 1 : n + 1] = torch.bmm(G, G.transpose(1, 2)) + lam * eye[None]
+        alpha = torch.linalg.solve(H[:, : n + 1, : n + 1], y[:, : n + 1])[:, 1 : n + 1, 0]  # (B, n)
         X[:, k % m] = beta * (alpha[:, None] @ Fx[:, :n])[:, 0] + (1 - beta) * (alpha[:, None] @ X[:, :n])[:, 0]
         Fx[:, k % m] = f(X[:, k % m].reshape_as(x0)).reshape(bsz, -1)
         abs_diff = (Fx[:, k % m] - X[:, k % m]).norm().item()
@@ -96,8 +104,9 @@ def anderson(f: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor, m: int
     return lowest_x
 
 
-def implicit_backward(func: Callable[[torch.Tensor], torch.Tensor], z_star: torch.Tensor, b_thres: int,
-                      eps: float = 1e-3) -> torch.Tensor:
+def implicit_backward(
+    func: Callable[[torch.Tensor], torch.Tensor], z_star: torch.Tensor, b_thres: int, eps: float = 1e-3
+) -> torch.Tensor:
     """``func(z*)`` once with autograd, its incoming gradient ``g`` replaced by the implicit one.
 
     By the implicit-function theorem ``dL/dz* = g (I - J_f(z*))^-1``: the fixed point of
@@ -110,8 +119,13 @@ def implicit_backward(func: Callable[[torch.Tensor], torch.Tensor], z_star: torc
 
     def backward_hook(grad: torch.Tensor) -> torch.Tensor:
         handle.remove()  # once: the vector-Jacobian products below must not re-enter it
-        return anderson(lambda y: autograd.grad(new_z, z_star, y, retain_graph=True)[0] + grad,
-                        torch.zeros_like(grad), threshold=b_thres, eps=eps, stop_mode="rel")
+        return anderson(
+            lambda y: autograd.grad(new_z, z_star, y, retain_graph=True)[0] + grad,
+            torch.zeros_like(grad),
+            threshold=b_thres,
+            eps=eps,
+            stop_mode="rel",
+        )
 
     handle = new_z.register_hook(backward_hook)
     return new_z
@@ -168,8 +182,13 @@ class MDEQLayer(nn.Module):
             row = []
             for j in range(n):
                 if j > i:  # upsample: 1x1 conv, GroupNorm, nearest
-                    row.append(nn.Sequential(nn.Conv2d(ch[j], ch[i], 1, bias=False), nn.GroupNorm(g, ch[i]),
-                                             nn.Upsample(scale_factor=2 ** (j - i), mode="nearest")))
+                    row.append(
+                        nn.Sequential(
+                            nn.Conv2d(ch[j], ch[i], 1, bias=False),
+                            nn.GroupNorm(g, ch[i]),
+                            nn.Upsample(scale_factor=2 ** (j - i), mode="nearest"),
+                        )
+                    )
                 elif j < i:  # downsample: (i - j) strided 3x3 convs with GroupNorm, ReLU between
                     steps = []
                     for k in range(i - j):
@@ -183,7 +202,8 @@ class MDEQLayer(nn.Module):
             fuse.append(nn.ModuleList(row))
         self.fuse = nn.ModuleList(fuse)
         self.post_fuse = nn.ModuleList(
-            nn.Sequential(nn.ReLU(), _wn_conv(c, c, 1), nn.GroupNorm(g // 2, c, affine=False)) for c in ch)
+            nn.Sequential(nn.ReLU(), _wn_conv(c, c, 1), nn.GroupNorm(g // 2, c, affine=False)) for c in ch
+        )
 
     def reset(self, zs: list[torch.Tensor]) -> None:
         """New dropout masks for this forward pass."""
@@ -237,9 +257,11 @@ class MDEQ(nn.Module):
         self.incre = nn.ModuleList(Bottleneck(c, h) for c, h in zip(cfg.channels, cfg.head_channels))
         self.downsamp = nn.ModuleList(
             nn.Sequential(nn.Conv2d(head[i], head[i + 1], 3, 2, 1), nn.BatchNorm2d(head[i + 1]), nn.ReLU())
-            for i in range(len(head) - 1))
-        self.final = nn.Sequential(nn.Conv2d(head[-1], cfg.final_channels, 1), nn.BatchNorm2d(cfg.final_channels),
-                                   nn.ReLU())
+            for i in range(len(head) - 1)
+        )
+        self.final = nn.Sequential(
+            nn.Conv2d(head[-1], cfg.final_channels, 1), nn.BatchNorm2d(cfg.final_channels), nn.ReLU()
+        )
         self.classifier = nn.Linear(cfg.final_channels, cfg.num_classes)
         for mod in self.modules():  # init_weights: N(0, 0.01) for the plain convs; weight-normed ones keep
             if isinstance(mod, nn.Conv2d) and not parametrize.is_parametrized(mod):  # their default init
@@ -277,8 +299,16 @@ class MDEQ(nn.Module):
 def _create_mdeq(ctx: BuildContext, **kwargs) -> Workload:
     cfg = replace(MDEQConfig(), **kwargs)
     if ctx.smoke:
-        cfg = replace(cfg, channels=(4, 4), num_groups=2, head_channels=(2, 2), final_channels=8, f_thres=4,
-                      b_thres=4, image_size=8)
+        cfg = replace(
+            cfg,
+            channels=(4, 4),
+            num_groups=2,
+            head_channels=(2, 2),
+            final_channels=8,
+            f_thres=4,
+            b_thres=4,
+            image_size=8,
+        )
     model = MDEQ(cfg)
     images = ctx.randn(ctx.batch_size, 3, cfg.image_size, cfg.image_size)
     labels = ctx.randint(0, cfg.num_classes, (ctx.batch_size,))
@@ -286,14 +316,19 @@ def _create_mdeq(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (images,), labels, loss_fn=F.cross_entropy, optimizer=opt)
 
 
-@register_model(domain="other", task="classification", batch_size=(128, 64), tags=("implicit", "linalg"),
-                source="Bai, Koltun & Kolter, Multiscale Deep Equilibrium Models, NeurIPS 2020 (locuslab/deq "
-                       "MDEQ-Vision, cls_mdeq_TINY.yaml), Anderson solver",
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="fp16/bf16/amp unsupported: Anderson's torch.linalg.solve has no half-precision kernel, and "
-                      "under amp the backward solve runs outside autocast on half-precision gradients. "
-                      "Forward and backward are fixed-point solves (18 and 20 Anderson iterations at most, early "
-                      "exit at relative residual 1e-3): the step's cost depends on the weights and inputs.")
+@register_model(
+    domain="other",
+    task="classification",
+    batch_size=(128, 64),
+    tags=("implicit", "linalg"),
+    source="Bai, Koltun & Kolter, Multiscale Deep Equilibrium Models, NeurIPS 2020 (locuslab/deq "
+    "MDEQ-Vision, cls_mdeq_TINY.yaml), Anderson solver",
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="fp16/bf16/amp unsupported: Anderson's torch.linalg.solve has no half-precision kernel, and "
+    "under amp the backward solve runs outside autocast on half-precision gradients. "
+    "Forward and backward are fixed-point solves (18 and 20 Anderson iterations at most, early "
+    "exit at relative residual 1e-3): the step's cost depends on the weights and inputs.",
+)
 def mdeq_tiny_cifar(ctx: BuildContext, **kwargs) -> Workload:
     """MDEQ-TINY (streams 24/24 at 32x32 and 16x16) on CIFAR-10, Anderson forward and implicit backward."""
     return _create_mdeq(ctx, **kwargs)

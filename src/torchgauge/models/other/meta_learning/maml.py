@@ -27,8 +27,8 @@ match finite differences): the batch_norm backward batching rule, pytorch/functo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -58,15 +58,25 @@ class MAMLConfig:
 
 def _conv_block(in_ch: int, out_ch: int) -> list[nn.Module]:
     # 3x3 valid conv, BN on batch statistics, ReLU, 2x2 max-pool: H -> (H - 2) // 2
-    return [nn.Conv2d(in_ch, out_ch, 3), nn.BatchNorm2d(out_ch, track_running_stats=False), nn.ReLU(), nn.MaxPool2d(2, 2)]
+    return [
+        nn.Conv2d(in_ch, out_ch, 3),
+        nn.BatchNorm2d(out_ch, track_running_stats=False),
+        nn.ReLU(),
+        nn.MaxPool2d(2, 2),
+    ]
 
 
 class OmniglotNet(nn.Sequential):
     """Images ``(N, 1, 28, 28)`` -> logits ``(N, ways)``: 28 -> 13 -> 5 -> 1 spatially."""
 
     def __init__(self, ways: int = 5, filters: int = 64) -> None:
-        super().__init__(*_conv_block(1, filters), *_conv_block(filters, filters), *_conv_block(filters, filters),
-                         nn.Flatten(), nn.Linear(filters, ways))
+        super().__init__(
+            *_conv_block(1, filters),
+            *_conv_block(filters, filters),
+            *_conv_block(filters, filters),
+            nn.Flatten(),
+            nn.Linear(filters, ways),
+        )
 
 
 class SineNet(nn.Sequential):
@@ -76,8 +86,16 @@ class SineNet(nn.Sequential):
         super().__init__(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 
-def adapt(module: nn.Module, params: Params, x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, steps: int, lr: float,
-          create_graph: bool) -> Params:
+def adapt(
+    module: nn.Module,
+    params: Params,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: LossFn,
+    steps: int,
+    lr: float,
+    create_graph: bool,
+) -> Params:
     """``steps`` SGD steps on ``loss_fn(module(x), y)`` from ``params``, by ``torch.autograd.grad``.
 
     With ``create_graph`` the returned parameters stay differentiable w.r.t. ``params`` (second-order MAML).
@@ -112,8 +130,16 @@ class MAMLWorkload(Workload):
             return vmap(self._adapted_query_functional(params, steps))(x_spt, y_spt, x_qry)
         outputs = []
         for task in range(x_spt.shape[0]):
-            adapted = adapt(self.module, params, x_spt[task], y_spt[task], self.task_loss, steps, self.cfg.inner_lr,
-                            create_graph=self.ctx.train)
+            adapted = adapt(
+                self.module,
+                params,
+                x_spt[task],
+                y_spt[task],
+                self.task_loss,
+                steps,
+                self.cfg.inner_lr,
+                create_graph=self.ctx.train,
+            )
             outputs.append(functional_call(self.module, adapted, (x_qry[task],)))
         return torch.stack(outputs)
 
@@ -145,15 +171,23 @@ def _few_shot_images(ctx: BuildContext, cfg: MAMLConfig, per_class: int) -> tupl
 def _create_maml_omniglot(ctx: BuildContext, *, vectorized: bool, **kwargs) -> Workload:
     # smoke: one support and one query image per class at 22x22, the smallest size that the
     # three blocks still reduce to 1x1 (22 -> 10 -> 4 -> 1)
-    defaults = MAMLConfig(inner_steps=5, eval_inner_steps=5, inner_lr=0.1, shots=ctx.pick(5, 1), queries=ctx.pick(15, 1),
-                          ways=5, image_size=ctx.pick(28, 22))
+    defaults = MAMLConfig(
+        inner_steps=5,
+        eval_inner_steps=5,
+        inner_lr=0.1,
+        shots=ctx.pick(5, 1),
+        queries=ctx.pick(15, 1),
+        ways=5,
+        image_size=ctx.pick(28, 22),
+    )
     cfg = replace(defaults, **kwargs)
     x_spt, y_spt = _few_shot_images(ctx, cfg, cfg.shots)
     x_qry, y_qry = _few_shot_images(ctx, cfg, cfg.queries)
     net = OmniglotNet(cfg.ways)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.meta_lr) if ctx.train else None
-    return MAMLWorkload(ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.cross_entropy,
-                        vectorized=vectorized)
+    return MAMLWorkload(
+        ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.cross_entropy, vectorized=vectorized
+    )
 
 
 def _create_maml_sine(ctx: BuildContext, **kwargs) -> Workload:
@@ -165,29 +199,48 @@ def _create_maml_sine(ctx: BuildContext, **kwargs) -> Workload:
     y_spt, y_qry = (amplitude * torch.sin(x - phase) for x in (x_spt, x_qry))
     net = SineNet()
     opt = torch.optim.Adam(net.parameters(), lr=cfg.meta_lr) if ctx.train else None
-    return MAMLWorkload(ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.mse_loss,
-                        vectorized=False)
+    return MAMLWorkload(
+        ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.mse_loss, vectorized=False
+    )
 
 
 _OMNIGLOT_SOURCE = "Finn et al., MAML, 2017; facebookresearch/higher maml-omniglot example"
 
 
-@register_model(domain="other", task="meta_learning", source="Finn et al., MAML, 2017 (sine-wave regression)",
-                batch_size=(25, 25), tags=("meta_learning", "double_backward"), param_count=1_761)
+@register_model(
+    domain="other",
+    task="meta_learning",
+    source="Finn et al., MAML, 2017 (sine-wave regression)",
+    batch_size=(25, 25),
+    tags=("meta_learning", "double_backward"),
+    param_count=1_761,
+)
 def maml_sinusoid(ctx: BuildContext, **kwargs) -> Workload:
     """Sine-wave regression MAML: 1-40-40-1 MLP, 10 shots, 25 tasks, one inner step (TorchBench's maml: maml_strided_conv)."""
     return _create_maml_sine(ctx, **kwargs)
 
 
-@register_model(domain="other", task="meta_learning", source=_OMNIGLOT_SOURCE, batch_size=(5, 5),
-                tags=("meta_learning", "double_backward"), param_count=75_205)
+@register_model(
+    domain="other",
+    task="meta_learning",
+    source=_OMNIGLOT_SOURCE,
+    batch_size=(5, 5),
+    tags=("meta_learning", "double_backward"),
+    param_count=75_205,
+)
 def maml_omniglot(ctx: BuildContext, **kwargs) -> Workload:
     """5-way 5-shot Omniglot MAML, second order via autograd.grad(create_graph=True), tasks in a loop."""
     return _create_maml_omniglot(ctx, vectorized=False, **kwargs)
 
 
-@register_model(domain="other", task="meta_learning", source=_OMNIGLOT_SOURCE + " (functorch port)", batch_size=(5, 5),
-                tags=("meta_learning", "functorch"), param_count=75_205)
+@register_model(
+    domain="other",
+    task="meta_learning",
+    source=_OMNIGLOT_SOURCE + " (functorch port)",
+    batch_size=(5, 5),
+    tags=("meta_learning", "functorch"),
+    param_count=75_205,
+)
 def functorch_maml_omniglot(ctx: BuildContext, **kwargs) -> Workload:
     """5-way 5-shot Omniglot MAML with torch.func: grad for adaptation, vmap over tasks."""
     return _create_maml_omniglot(ctx, vectorized=True, **kwargs)

@@ -117,10 +117,17 @@ def _create_maml_strided(ctx: BuildContext, **kwargs) -> Workload:
     return FirstOrderMAMLWorkload(ctx, StridedConvLearner(cfg.ways), inputs, cfg=cfg)
 
 
-@register_model(domain="other", task="meta_learning", source="Finn et al., MAML, 2017; dragen1860/MAML-Pytorch as TorchBench's maml",
-                batch_size=1, modes=("eval",), tags=("meta_learning",), param_count=91_781,
-                notes="eval only as TorchBench, whose eval step is Meta.forward in training mode: 32 tasks, 5-way 1-shot, "
-                      "5 first-order inner steps, one Adam meta-step; the batch size is TorchBench's 1 (tasks are fixed at 32)")
+@register_model(
+    domain="other",
+    task="meta_learning",
+    source="Finn et al., MAML, 2017; dragen1860/MAML-Pytorch as TorchBench's maml",
+    batch_size=1,
+    modes=("eval",),
+    tags=("meta_learning",),
+    param_count=91_781,
+    notes="eval only as TorchBench, whose eval step is Meta.forward in training mode: 32 tasks, 5-way 1-shot, "
+    "5 first-order inner steps, one Adam meta-step; the batch size is TorchBench's 1 (tasks are fixed at 32)",
+)
 def maml(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's maml: first-order MAML of a strided 4-conv learner over 32 synthetic 5-way 1-shot tasks."""
     return _create_maml_strided(ctx, **kwargs)

@@ -103,8 +103,15 @@ def _noise_generator(ctx: BuildContext) -> torch.Generator:
     return gen
 
 
-def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float = 1.0, max_grad_norm: float = 1.0,
-                      lr: float = 1e-3, num_classes: int = _NUM_CLASSES) -> Workload:
+def _create_dp_resnet(
+    ctx: BuildContext,
+    *,
+    engine: str,
+    noise_multiplier: float = 1.0,
+    max_grad_norm: float = 1.0,
+    lr: float = 1e-3,
+    num_classes: int = _NUM_CLASSES,
+) -> Workload:
     # Labels are CIFAR-10's 10 classes; the head may be wider (TorchBench's functorch_dp_cifar10
     # keeps torchvision resnet18's 1000-way head).
     model = resnet(18, num_classes=num_classes, norm_layer=group_norm)
@@ -112,8 +119,16 @@ def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float
     labels = ctx.randint(0, _NUM_CLASSES, (ctx.batch_size,))
     if engine == "functorch":
         opt = torch.optim.Adam(model.parameters(), lr=lr) if ctx.train else None
-        return FunctorchDPWorkload(ctx, model, (images,), labels, optimizer=opt, max_grad_norm=max_grad_norm,
-                                   noise_multiplier=noise_multiplier, generator=_noise_generator(ctx))
+        return FunctorchDPWorkload(
+            ctx,
+            model,
+            (images,),
+            labels,
+            optimizer=opt,
+            max_grad_norm=max_grad_norm,
+            noise_multiplier=noise_multiplier,
+            generator=_noise_generator(ctx),
+        )
     try:
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
@@ -125,23 +140,39 @@ def _create_dp_resnet(ctx: BuildContext, *, engine: str, noise_multiplier: float
     module = GradSampleModule(model.to(ctx.device))
     opt = None
     if ctx.train:
-        opt = DPOptimizer(torch.optim.Adam(module.parameters(), lr=lr), noise_multiplier=noise_multiplier,
-                          max_grad_norm=max_grad_norm, expected_batch_size=ctx.batch_size,
-                          generator=_noise_generator(ctx))
+        opt = DPOptimizer(
+            torch.optim.Adam(module.parameters(), lr=lr),
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=max_grad_norm,
+            expected_batch_size=ctx.batch_size,
+            generator=_noise_generator(ctx),
+        )
     return Workload(ctx, module, (images,), labels, loss_fn=F.cross_entropy, optimizer=opt)
 
 
-@register_model(domain="other", task="private_image_classification", source=_SOURCE.format("functorch_dp_cifar10"),
-                batch_size=(64, 64), tags=("differential_privacy", "functorch"), param_count=11_689_512,
-                notes="1000-way head as TorchBench (torchvision resnet18 default) on CIFAR-10's 10 labels")
+@register_model(
+    domain="other",
+    task="private_image_classification",
+    source=_SOURCE.format("functorch_dp_cifar10"),
+    batch_size=(64, 64),
+    tags=("differential_privacy", "functorch"),
+    param_count=11_689_512,
+    notes="1000-way head as TorchBench (torchvision resnet18 default) on CIFAR-10's 10 labels",
+)
 def functorch_dp_cifar10(ctx: BuildContext, **kwargs) -> Workload:
     """DP-SGD by hand (torch.func vmap per-sample gradients) on a GroupNorm ResNet-18 (1000-way head), CIFAR-10."""
     return _create_dp_resnet(ctx, engine="functorch", **{"num_classes": 1000, **kwargs})
 
 
-@register_model(domain="other", task="private_image_classification", source=_SOURCE.format("opacus_cifar10"),
-                batch_size=(64, 64), tags=("differential_privacy", "opacus"), param_count=11_181_642,
-                notes="Needs the optional opacus package (pip install opacus); unsupported without it.")
+@register_model(
+    domain="other",
+    task="private_image_classification",
+    source=_SOURCE.format("opacus_cifar10"),
+    batch_size=(64, 64),
+    tags=("differential_privacy", "opacus"),
+    param_count=11_181_642,
+    notes="Needs the optional opacus package (pip install opacus); unsupported without it.",
+)
 def opacus_cifar10(ctx: BuildContext, **kwargs) -> Workload:
     """DP-SGD through Opacus (GradSampleModule + DPOptimizer) on a GroupNorm ResNet-18, CIFAR-10."""
     return _create_dp_resnet(ctx, engine="opacus", **kwargs)

@@ -317,14 +317,19 @@ def _create_bayesopt(ctx: BuildContext, **kwargs) -> Workload:
     return BayesOptWorkload(ctx, module, (raw_x,))
 
 
-@register_model(domain="other", task="bayesian_optimization", batch_size=(20, 1024), tags=("linalg",),
-                source="BoTorch (Balandat et al., NeurIPS 2020) qLogExpectedImprovement / LogExpectedImprovement "
-                       "(Ament et al., NeurIPS 2023), botorch/acquisition/logei.py, botorch/utils/safe_math.py",
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="fp16/bf16/amp unsupported: no half-precision Cholesky, triangular solve or erfcx, and the "
-                      "log-space improvement with tau_relu = 1e-6 needs at least fp32 range. Batch size = restarts "
-                      "in train (each a q = 4 batch of 6-D candidates), raw samples in eval. No parameter count: "
-                      "the only parameters are the candidates (restarts x q x 6).")
+@register_model(
+    domain="other",
+    task="bayesian_optimization",
+    batch_size=(20, 1024),
+    tags=("linalg",),
+    source="BoTorch (Balandat et al., NeurIPS 2020) qLogExpectedImprovement / LogExpectedImprovement "
+    "(Ament et al., NeurIPS 2023), botorch/acquisition/logei.py, botorch/utils/safe_math.py",
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="fp16/bf16/amp unsupported: no half-precision Cholesky, triangular solve or erfcx, and the "
+    "log-space improvement with tau_relu = 1e-6 needs at least fp32 range. Batch size = restarts "
+    "in train (each a q = 4 batch of 6-D candidates), raw samples in eval. No parameter count: "
+    "the only parameters are the candidates (restarts x q x 6).",
+)
 def bayesopt_qlogei(ctx: BuildContext, **kwargs) -> Workload:
     """GP (Matern-5/2 ARD) on 100 Hartmann-6 points; qLogEI, q = 4, 512 QMC samples, Adam over restarts."""
     return _create_bayesopt(ctx, **kwargs)

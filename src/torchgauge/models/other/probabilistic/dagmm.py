@@ -137,8 +137,11 @@ class DAGMM(nn.Module):
         self.decoder = _mlp(sizes[::-1])  # 1 -> 10 -> 30 -> 60 -> 120
         z_dim = cfg.latent_dim + 2
         self.estimation = nn.Sequential(
-            nn.Linear(z_dim, cfg.estimation_hidden), nn.Tanh(), nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.estimation_hidden, cfg.n_gmm), nn.Softmax(dim=1),
+            nn.Linear(z_dim, cfg.estimation_hidden),
+            nn.Tanh(),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.estimation_hidden, cfg.n_gmm),
+            nn.Softmax(dim=1),
         )
         self.register_buffer("phi", torch.full((cfg.n_gmm,), 1 / cfg.n_gmm))
         self.register_buffer("mu", torch.zeros(cfg.n_gmm, z_dim))
@@ -148,8 +151,14 @@ class DAGMM(nn.Module):
         """``x (N, F)`` -> reconstruction ``(N, F)``, ``z (N, latent + 2)``, memberships ``gamma (N, K)``."""
         z_c = self.encoder(x)
         x_hat = self.decoder(z_c)
-        z = torch.cat([z_c, relative_euclidean_distance(x, x_hat).unsqueeze(-1),
-                       F.cosine_similarity(x, x_hat, dim=1).unsqueeze(-1)], dim=1)
+        z = torch.cat(
+            [
+                z_c,
+                relative_euclidean_distance(x, x_hat).unsqueeze(-1),
+                F.cosine_similarity(x, x_hat, dim=1).unsqueeze(-1),
+            ],
+            dim=1,
+        )
         return x_hat, z, self.estimation(z)
 
     @torch.no_grad()
@@ -204,14 +213,19 @@ def _create_dagmm(ctx: BuildContext, **kwargs) -> Workload:
     return DAGMMWorkload(ctx, model, (x,), cfg, optimizer=opt)
 
 
-@register_model(domain="other", task="anomaly_detection", batch_size=(1024, 1024), tags=("linalg",),
-                source="Zong et al., Deep Autoencoding Gaussian Mixture Model for Unsupervised Anomaly "
-                       "Detection, ICLR 2018 (KDDCUP99 configuration); danieltan07/dagmm (PyTorch)",
-                param_count=19_025,  # from the architecture: encoder 9,411 + decoder 9,530 + estimation 84
-                unsupported_precisions=("fp16", "bf16"),
-                notes="fp16/bf16 unsupported: no half-precision linalg.inv / slogdet. Batch = records; eval "
-                      "scores a batch under GMM parameters fitted once on 1024 training records and flags "
-                      "the top 20% energies.")
+@register_model(
+    domain="other",
+    task="anomaly_detection",
+    batch_size=(1024, 1024),
+    tags=("linalg",),
+    source="Zong et al., Deep Autoencoding Gaussian Mixture Model for Unsupervised Anomaly "
+    "Detection, ICLR 2018 (KDDCUP99 configuration); danieltan07/dagmm (PyTorch)",
+    param_count=19_025,  # from the architecture: encoder 9,411 + decoder 9,530 + estimation 84
+    unsupported_precisions=("fp16", "bf16"),
+    notes="fp16/bf16 unsupported: no half-precision linalg.inv / slogdet. Batch = records; eval "
+    "scores a batch under GMM parameters fitted once on 1024 training records and flags "
+    "the top 20% energies.",
+)
 def dagmm_kdd(ctx: BuildContext, **kwargs) -> Workload:
     """DAGMM on 120-feature KDDCUP99-style records: 1-D code + 2 reconstruction features, 4-component GMM."""
     return _create_dagmm(ctx, **kwargs)

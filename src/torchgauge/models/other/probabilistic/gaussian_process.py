@@ -147,15 +147,20 @@ def _create_exact_gp(ctx: BuildContext, **kwargs) -> Workload:
     return ExactGPWorkload(ctx, model, (train_x, train_y, test_x), optimizer=opt)
 
 
-@register_model(domain="other", task="gaussian_process", batch_size=(2048, 2048), tags=("linalg",),
-                source="GPyTorch ExactGP regression tutorial (Simple_GP_Regression); Rasmussen & Williams, "
-                       "Gaussian Processes for Machine Learning, 2006, Alg. 2.1",
-                param_count=11,  # mean 1 + ARD lengthscales 8 + outputscale 1 + noise 1
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="fp16/bf16/amp unsupported: no half-precision Cholesky or triangular solves, and a kernel "
-                      "matrix rounded to half precision (amp runs the distance matmul in it) is not positive "
-                      "definite once the noise is learned; at initialisation amp already moves the loss by 10%. "
-                      "Batch size = training points; eval predicts at 512 test points.")
+@register_model(
+    domain="other",
+    task="gaussian_process",
+    batch_size=(2048, 2048),
+    tags=("linalg",),
+    source="GPyTorch ExactGP regression tutorial (Simple_GP_Regression); Rasmussen & Williams, "
+    "Gaussian Processes for Machine Learning, 2006, Alg. 2.1",
+    param_count=11,  # mean 1 + ARD lengthscales 8 + outputscale 1 + noise 1
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="fp16/bf16/amp unsupported: no half-precision Cholesky or triangular solves, and a kernel "
+    "matrix rounded to half precision (amp runs the distance matmul in it) is not positive "
+    "definite once the noise is learned; at initialisation amp already moves the loss by 10%. "
+    "Batch size = training points; eval predicts at 512 test points.",
+)
 def gp_exact_regression(ctx: BuildContext, **kwargs) -> Workload:
     """Exact GP (constant mean, scaled ARD RBF kernel), marginal likelihood on 2048 8-D points."""
     return _create_exact_gp(ctx, **kwargs)

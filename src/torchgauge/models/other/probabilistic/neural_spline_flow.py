@@ -34,8 +34,14 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-__all__ = ["LULinear", "NeuralSplineFlow", "NSFConfig", "RQSCoupling", "rational_quadratic_spline",
-           "unconstrained_rational_quadratic_spline"]
+__all__ = [
+    "LULinear",
+    "NeuralSplineFlow",
+    "NSFConfig",
+    "RQSCoupling",
+    "rational_quadratic_spline",
+    "unconstrained_rational_quadratic_spline",
+]
 
 MIN_BIN_WIDTH = MIN_BIN_HEIGHT = MIN_DERIVATIVE = 1e-3  # nflows' defaults
 SEARCH_EPS = 1e-6  # added to the last knot so an input equal to the right edge falls in the last bin
@@ -76,9 +82,15 @@ def _knots(unnormalized: torch.Tensor, low: float, high: float, min_size: float)
 
 
 def rational_quadratic_spline(
-    inputs: torch.Tensor, unnormalized_widths: torch.Tensor, unnormalized_heights: torch.Tensor,
-    unnormalized_derivatives: torch.Tensor, inverse: bool = False,
-    left: float = 0.0, right: float = 1.0, bottom: float = 0.0, top: float = 1.0,
+    inputs: torch.Tensor,
+    unnormalized_widths: torch.Tensor,
+    unnormalized_heights: torch.Tensor,
+    unnormalized_derivatives: torch.Tensor,
+    inverse: bool = False,
+    left: float = 0.0,
+    right: float = 1.0,
+    bottom: float = 0.0,
+    top: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Monotone rational-quadratic spline on ``[left, right] -> [bottom, top]`` (Gregory & Delbourgo).
 
@@ -122,8 +134,12 @@ def rational_quadratic_spline(
 
 
 def unconstrained_rational_quadratic_spline(
-    inputs: torch.Tensor, unnormalized_widths: torch.Tensor, unnormalized_heights: torch.Tensor,
-    unnormalized_derivatives: torch.Tensor, inverse: bool = False, tail_bound: float = 1.0,
+    inputs: torch.Tensor,
+    unnormalized_widths: torch.Tensor,
+    unnormalized_heights: torch.Tensor,
+    unnormalized_derivatives: torch.Tensor,
+    inverse: bool = False,
+    tail_bound: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The spline on ``[-B, B]`` with identity (linear) tails: ``(...)`` inputs, ``(..., K - 1)`` interior derivatives.
 
@@ -140,9 +156,16 @@ def unconstrained_rational_quadratic_spline(
     logabsdet[outside] = 0
     if torch.any(inside):
         outputs[inside], logabsdet[inside] = rational_quadratic_spline(
-            inputs[inside], unnormalized_widths[inside, :], unnormalized_heights[inside, :],
-            unnormalized_derivatives[inside, :], inverse=inverse,
-            left=-tail_bound, right=tail_bound, bottom=-tail_bound, top=tail_bound)
+            inputs[inside],
+            unnormalized_widths[inside, :],
+            unnormalized_heights[inside, :],
+            unnormalized_derivatives[inside, :],
+            inverse=inverse,
+            left=-tail_bound,
+            right=tail_bound,
+            bottom=-tail_bound,
+            top=tail_bound,
+        )
     return outputs, logabsdet
 
 
@@ -219,7 +242,9 @@ class ResidualBlock(nn.Module):
 
 
 class ResidualNet(nn.Module):
-    def __init__(self, in_features: int, out_features: int, hidden_features: int, num_blocks: int, dropout: float) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, hidden_features: int, num_blocks: int, dropout: float
+    ) -> None:
         super().__init__()
         self.hidden_features = hidden_features
         self.initial_layer = nn.Linear(in_features, hidden_features)
@@ -246,8 +271,13 @@ class RationalQuadraticCDF(nn.Module):
     def _spline(self, x: torch.Tensor, inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
         shared = lambda p: p[None].expand(x.shape[0], *p.shape)  # noqa: E731  (same spline for every row)
         y, logabsdet = unconstrained_rational_quadratic_spline(
-            x, shared(self.unnormalized_widths), shared(self.unnormalized_heights),
-            shared(self.unnormalized_derivatives), inverse=inverse, tail_bound=self.tail_bound)
+            x,
+            shared(self.unnormalized_widths),
+            shared(self.unnormalized_heights),
+            shared(self.unnormalized_derivatives),
+            inverse=inverse,
+            tail_bound=self.tail_bound,
+        )
         return y, logabsdet.sum(-1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,8 +297,9 @@ class RQSCoupling(nn.Module):
         self.register_buffer("transform_features", features[mask > 0])
         self.num_bins, self.tail_bound = cfg.num_bins, cfg.tail_bound
         n_id, n_tr = self.identity_features.numel(), self.transform_features.numel()
-        self.transform_net = ResidualNet(n_id, n_tr * (3 * cfg.num_bins - 1), cfg.hidden_features,
-                                         cfg.num_transform_blocks, cfg.dropout)
+        self.transform_net = ResidualNet(
+            n_id, n_tr * (3 * cfg.num_bins - 1), cfg.hidden_features, cfg.num_transform_blocks, cfg.dropout
+        )
         self.unconditional_transform = RationalQuadraticCDF(n_id, cfg.num_bins, cfg.tail_bound)
 
     def _coupling(self, x: torch.Tensor, params: torch.Tensor, inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,7 +310,8 @@ class RQSCoupling(nn.Module):
         heights = params[..., self.num_bins : 2 * self.num_bins] / scale
         derivatives = params[..., 2 * self.num_bins :]
         y, logabsdet = unconstrained_rational_quadratic_spline(
-            x, widths, heights, derivatives, inverse=inverse, tail_bound=self.tail_bound)
+            x, widths, heights, derivatives, inverse=inverse, tail_bound=self.tail_bound
+        )
         return y, logabsdet.sum(-1)
 
     def _merge(self, like: torch.Tensor, identity: torch.Tensor, transformed: torch.Tensor) -> torch.Tensor:
@@ -316,8 +348,11 @@ class NeuralSplineFlow(nn.Module):
         self.features = cfg.features
         layers: list[nn.Module] = []
         for i in range(cfg.num_flow_steps):
-            layers += [RandomPermutation(cfg.features), LULinear(cfg.features),
-                       RQSCoupling(alternating_mask(cfg.features, even=i % 2 == 0), cfg)]
+            layers += [
+                RandomPermutation(cfg.features),
+                LULinear(cfg.features),
+                RQSCoupling(alternating_mask(cfg.features, even=i % 2 == 0), cfg),
+            ]
         layers += [RandomPermutation(cfg.features), LULinear(cfg.features)]
         self.transforms = nn.ModuleList(layers)
 
@@ -341,8 +376,9 @@ class NeuralSplineFlow(nn.Module):
         return log_base + logabsdet
 
     def sample(self, num_samples: int) -> torch.Tensor:
-        z = torch.randn(num_samples, self.features, device=self.transforms[1].bias.device,
-                        dtype=self.transforms[1].bias.dtype)
+        z = torch.randn(
+            num_samples, self.features, device=self.transforms[1].bias.device, dtype=self.transforms[1].bias.dtype
+        )
         return self.inverse(z)[0]
 
 
@@ -360,8 +396,13 @@ def power_like_data(ctx: BuildContext, num: int, features: int) -> torch.Tensor:
 class FlowWorkload(Workload):
     """Train: ``-mean log p(x)`` with clipping and cosine annealing; eval: ``batch_size`` samples."""
 
-    def __init__(self, *args, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-                 grad_norm_clip: float = 5.0, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        grad_norm_clip: float = 5.0,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.scheduler, self.grad_norm_clip = scheduler, grad_norm_clip
 
@@ -396,15 +437,20 @@ def _create_nsf(ctx: BuildContext, **kwargs) -> Workload:
     return FlowWorkload(ctx, model, (x,), optimizer=opt, scheduler=sched, grad_norm_clip=cfg.grad_norm_clip)
 
 
-@register_model(domain="other", task="density_estimation", batch_size=(512, 512), tags=("normalizing_flow",),
-                source="Durkan et al., Neural Spline Flows, NeurIPS 2019; bayesiains/nflows, nsf experiments/uci.py",
-                param_count=2_820_402,  # uci.py's rq-coupling flow on 6 features, summed over its layer shapes
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="Synthetic 6-D POWER-like data (Gaussian mixture). Eval samples batch_size points through "
-                      "the inverse flow. fp16/bf16 unsupported: no half-precision triangular solve on CPU (the LU "
-                      "inverse) and fp16 training turns NaN; amp unsupported: the spline writes fp32 results into "
-                      "the autocast-dtype outputs of the LU layers by masked assignment, which torch rejects "
-                      "(nflows does the same).")
+@register_model(
+    domain="other",
+    task="density_estimation",
+    batch_size=(512, 512),
+    tags=("normalizing_flow",),
+    source="Durkan et al., Neural Spline Flows, NeurIPS 2019; bayesiains/nflows, nsf experiments/uci.py",
+    param_count=2_820_402,  # uci.py's rq-coupling flow on 6 features, summed over its layer shapes
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="Synthetic 6-D POWER-like data (Gaussian mixture). Eval samples batch_size points through "
+    "the inverse flow. fp16/bf16 unsupported: no half-precision triangular solve on CPU (the LU "
+    "inverse) and fp16 training turns NaN; amp unsupported: the spline writes fp32 results into "
+    "the autocast-dtype outputs of the LU layers by masked assignment, which torch rejects "
+    "(nflows does the same).",
+)
 def nsf_rq_coupling_power(ctx: BuildContext, **kwargs) -> Workload:
     """RQ-NSF (C): 10 coupling steps, 8 bins, ResidualNet 256x2, on 6-D POWER-like data."""
     return _create_nsf(ctx, **kwargs)

@@ -119,8 +119,9 @@ class ProdLDA(nn.Module):
         return theta, self.decoder(theta)
 
 
-def negative_elbo(posterior: Independent, prior: Independent, word_probs: torch.Tensor,
-                  docs: torch.Tensor) -> torch.Tensor:
+def negative_elbo(
+    posterior: Independent, prior: Independent, word_probs: torch.Tensor, docs: torch.Tensor
+) -> torch.Tensor:
     """``sum_d [KL(q_d || p) - log Multinomial(w_d | probs_d)]``: Pyro's mean-field ELBO, negated."""
     # Pyro's trick: one total_count for the batch; log_prob uses each document's own length.
     total_count = int(docs.sum(-1).max())
@@ -170,16 +171,21 @@ def _create_prodlda(ctx: BuildContext, **kwargs) -> Workload:
     return ProdLDAWorkload(ctx, model, (docs,), optimizer=opt)
 
 
-@register_model(domain="other", task="topic_model", batch_size=(32, 32), tags=("probabilistic", "vae"),
-                source="Srivastava & Sutton, Autoencoding Variational Inference for Topic Models (ProdLDA), "
-                       "ICLR 2017; Pyro ProdLDA tutorial",
-                # fc1 1,272,300 + fc2 10,100 + two heads 2 x 2,020 + beta 254,440 (BatchNorms have no affine)
-                param_count=1_540_880,
-                unsupported_precisions=("fp16",),
-                notes="Synthetic 20-newsgroups-like bags of words (12,722-word vocabulary, Zipfian topics). "
-                      "Logistic-normal posterior and prior, as Pyro's tutorial and the paper. "
-                      "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
-                      "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.")
+@register_model(
+    domain="other",
+    task="topic_model",
+    batch_size=(32, 32),
+    tags=("probabilistic", "vae"),
+    source="Srivastava & Sutton, Autoencoding Variational Inference for Topic Models (ProdLDA), "
+    "ICLR 2017; Pyro ProdLDA tutorial",
+    # fc1 1,272,300 + fc2 10,100 + two heads 2 x 2,020 + beta 254,440 (BatchNorms have no affine)
+    param_count=1_540_880,
+    unsupported_precisions=("fp16",),
+    notes="Synthetic 20-newsgroups-like bags of words (12,722-word vocabulary, Zipfian topics). "
+    "Logistic-normal posterior and prior, as Pyro's tutorial and the paper. "
+    "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
+    "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.",
+)
 def prodlda(ctx: BuildContext, **kwargs) -> Workload:
     """ProdLDA (20 topics, 100 hidden) on 12,722-word bags of words, negative ELBO with analytic KL."""
     return _create_prodlda(ctx, **kwargs)

@@ -121,8 +121,9 @@ class SVGP(nn.Module):
         m = self.variational_mean
         # validate_args=False as GPyTorch: L_S is an unconstrained lower-triangular parameter.
         q = MultivariateNormal(m, scale_tril=self.variational_scale_tril(), validate_args=False)
-        p = MultivariateNormal(torch.zeros_like(m), scale_tril=torch.eye(m.shape[0], dtype=m.dtype, device=m.device),
-                               validate_args=False)
+        p = MultivariateNormal(
+            torch.zeros_like(m), scale_tril=torch.eye(m.shape[0], dtype=m.dtype, device=m.device), validate_args=False
+        )
         return kl_divergence(q, p)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, num_data: int) -> torch.Tensor:
@@ -163,13 +164,18 @@ def _create_svgp(ctx: BuildContext, **kwargs) -> Workload:
     return SVGPWorkload(ctx, model, (x, y, cfg.num_data), optimizer=opt)
 
 
-@register_model(domain="other", task="gaussian_process", batch_size=(1024, 1024), tags=("linalg",),
-                source="Hensman et al., Scalable Variational GP Classification, AISTATS 2015; GPyTorch SVGP "
-                       "regression tutorial (ApproximateGP, whitened VariationalStrategy)",
-                param_count=271_876,  # Z 512x18 + mean 512 + L_S 512x512 + constant, lengthscale, outputscale, noise
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="fp16/bf16/amp unsupported: no half-precision Cholesky or triangular solve. Batch size = "
-                      "minibatch of training points (train) or test points (eval); 512 inducing points.")
+@register_model(
+    domain="other",
+    task="gaussian_process",
+    batch_size=(1024, 1024),
+    tags=("linalg",),
+    source="Hensman et al., Scalable Variational GP Classification, AISTATS 2015; GPyTorch SVGP "
+    "regression tutorial (ApproximateGP, whitened VariationalStrategy)",
+    param_count=271_876,  # Z 512x18 + mean 512 + L_S 512x512 + constant, lengthscale, outputscale, noise
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="fp16/bf16/amp unsupported: no half-precision Cholesky or triangular solve. Batch size = "
+    "minibatch of training points (train) or test points (eval); 512 inducing points.",
+)
 def svgp_regression(ctx: BuildContext, **kwargs) -> Workload:
     """Whitened SVGP, 512 inducing points, minibatch ELBO on 18-D inputs, Adam 0.01."""
     return _create_svgp(ctx, **kwargs)

@@ -60,8 +60,14 @@ class AFNOConfig:
 class AFNO2D(nn.Module):
     """Fourier token mixer on a token grid ``(B, H, W, C) -> (B, H, W, C)``, residual included."""
 
-    def __init__(self, hidden_size: int, num_blocks: int = 8, sparsity_threshold: float = 0.01,
-                 hard_thresholding_fraction: float = 1.0, hidden_size_factor: int = 1) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        num_blocks: int = 8,
+        sparsity_threshold: float = 0.01,
+        hard_thresholding_fraction: float = 1.0,
+        hidden_size_factor: int = 1,
+    ) -> None:
         super().__init__()
         if hidden_size % num_blocks:
             raise ValueError(f"hidden_size {hidden_size} is not divisible by num_blocks {num_blocks}")
@@ -96,14 +102,22 @@ class AFNO2D(nn.Module):
         keep = (slice(None), slice(total_modes - kept_modes, total_modes + kept_modes), slice(None, kept_modes))
         xk = x[keep]  # (B, h', w', nb, bs)
         # (a + ib)(W_r + iW_i) + (c_r + ic_i), block by block: '...bi,bio->...bo'
-        o1_real[keep] = F.relu(torch.einsum("...bi,bio->...bo", xk.real, w1[0])
-                               - torch.einsum("...bi,bio->...bo", xk.imag, w1[1]) + b1[0])
-        o1_imag[keep] = F.relu(torch.einsum("...bi,bio->...bo", xk.imag, w1[0])
-                               + torch.einsum("...bi,bio->...bo", xk.real, w1[1]) + b1[1])
-        o2_real[keep] = (torch.einsum("...bi,bio->...bo", o1_real[keep], w2[0])
-                         - torch.einsum("...bi,bio->...bo", o1_imag[keep], w2[1]) + b2[0])
-        o2_imag[keep] = (torch.einsum("...bi,bio->...bo", o1_imag[keep], w2[0])
-                         + torch.einsum("...bi,bio->...bo", o1_real[keep], w2[1]) + b2[1])
+        o1_real[keep] = F.relu(
+            torch.einsum("...bi,bio->...bo", xk.real, w1[0]) - torch.einsum("...bi,bio->...bo", xk.imag, w1[1]) + b1[0]
+        )
+        o1_imag[keep] = F.relu(
+            torch.einsum("...bi,bio->...bo", xk.imag, w1[0]) + torch.einsum("...bi,bio->...bo", xk.real, w1[1]) + b1[1]
+        )
+        o2_real[keep] = (
+            torch.einsum("...bi,bio->...bo", o1_real[keep], w2[0])
+            - torch.einsum("...bi,bio->...bo", o1_imag[keep], w2[1])
+            + b2[0]
+        )
+        o2_imag[keep] = (
+            torch.einsum("...bi,bio->...bo", o1_imag[keep], w2[0])
+            + torch.einsum("...bi,bio->...bo", o1_real[keep], w2[1])
+            + b2[1]
+        )
 
         x = torch.stack([o2_real, o2_imag], dim=-1)  # (B, H, W // 2 + 1, nb, bs, 2)
         x = F.softshrink(x, lambd=self.sparsity_threshold)  # sparsify the modes
@@ -189,8 +203,11 @@ def _synthetic_fields(ctx: BuildContext, cfg: AFNOConfig) -> tuple[torch.Tensor,
 
 
 def _create_afno(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(img_size=(16, 32), patch_size=4, channels=3, embed_dim=16, depth=2, num_blocks=4,
-                 rollout_steps=2) if ctx.smoke else {}
+    smoke = (
+        dict(img_size=(16, 32), patch_size=4, channels=3, embed_dim=16, depth=2, num_blocks=4, rollout_steps=2)
+        if ctx.smoke
+        else {}
+    )
     cfg = replace(AFNOConfig(), **{**smoke, **kwargs})
     inputs, targets = _synthetic_fields(ctx, cfg)
     model = AFNONet(cfg)
@@ -198,14 +215,19 @@ def _create_afno(ctx: BuildContext, **kwargs) -> Workload:
     return ForecastWorkload(ctx, model, (inputs,), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="weather_forecasting", batch_size=(1, 1), tags=("fft", "complex", "transformer"),
-                source="Pathak et al., FourCastNet, 2022 (AFNO: Guibas et al., ICLR 2022); "
-                       "NVlabs/FourCastNet networks/afnonet.py (BSD-3-Clause, NVIDIA)",
-                # from the reference definition (afno_backbone config) less its unused final LayerNorm (1,536):
-                # patch conv 983,808 + pos 12,441,600 + 12 blocks x 5,023,488 + head 983,040
-                param_count=74_690_304,
-                notes="Synthetic ERA5-shaped fields (20 channels, 720x1440). Batch 1 per device, as the "
-                      "reference's 64 over 64 GPUs. Eval: a 4-step (24 h) autoregressive rollout.")
+@register_model(
+    domain="other",
+    task="weather_forecasting",
+    batch_size=(1, 1),
+    tags=("fft", "complex", "transformer"),
+    source="Pathak et al., FourCastNet, 2022 (AFNO: Guibas et al., ICLR 2022); "
+    "NVlabs/FourCastNet networks/afnonet.py (BSD-3-Clause, NVIDIA)",
+    # from the reference definition (afno_backbone config) less its unused final LayerNorm (1,536):
+    # patch conv 983,808 + pos 12,441,600 + 12 blocks x 5,023,488 + head 983,040
+    param_count=74_690_304,
+    notes="Synthetic ERA5-shaped fields (20 channels, 720x1440). Batch 1 per device, as the "
+    "reference's 64 over 64 GPUs. Eval: a 4-step (24 h) autoregressive rollout.",
+)
 def fourcastnet_afno(ctx: BuildContext, **kwargs) -> Workload:
     """FourCastNet AFNO backbone (patch 8, width 768, depth 12) on 20x720x1440 fields, next-step loss."""
     return _create_afno(ctx, **kwargs)

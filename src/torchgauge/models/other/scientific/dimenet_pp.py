@@ -36,9 +36,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .schnet import qm9_like_molecules, radius_graph, scatter_sum
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
+
+from .schnet import qm9_like_molecules, radius_graph, scatter_sum
 
 __all__ = ["DimeNetPlusPlus", "DimeNetPPConfig", "spherical_bessel", "spherical_bessel_zeros", "triplets"]
 
@@ -142,12 +143,14 @@ class SphericalBasis(nn.Module):
 
     def forward(self, dist: torch.Tensor, angle: torch.Tensor, idx_kj: torch.Tensor) -> torch.Tensor:
         dtype = torch.promote_types(dist.dtype, torch.float32)  # torch.special has no half kernels
-        x = (dist.to(dtype) / self.cutoff)  # (E,)
+        x = dist.to(dtype) / self.cutoff  # (E,)
         jl = spherical_bessel(x[:, None, None] * self.zeros, self.num_spherical - 1)  # (E, L, R, L)
         orders = torch.arange(self.num_spherical, device=x.device)
         rbf = jl[:, orders, :, orders].transpose(0, 1) * self.norm  # (E, L, R): order l of row l
         rbf = self.envelope(x)[:, None, None] * rbf
-        cbf = self.sph_norm * torch.special.legendre_polynomial_p(torch.cos(angle.to(dtype))[:, None], self.orders)  # (T, L)
+        cbf = self.sph_norm * torch.special.legendre_polynomial_p(
+            torch.cos(angle.to(dtype))[:, None], self.orders
+        )  # (T, L)
         out = rbf[idx_kj] * cbf.unsqueeze(-1)  # (T, L, R)
         return out.flatten(1).to(dist.dtype)
 
@@ -225,8 +228,9 @@ class InteractionPPBlock(nn.Module):
         self.lin = _linear(h, h)
         self.after_skip = nn.ModuleList(ResidualLayer(h) for _ in range(cfg.num_after_skip))
 
-    def forward(self, x: torch.Tensor, rbf: torch.Tensor, sbf: torch.Tensor,
-                idx_kj: torch.Tensor, idx_ji: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rbf: torch.Tensor, sbf: torch.Tensor, idx_kj: torch.Tensor, idx_ji: torch.Tensor
+    ) -> torch.Tensor:
         x_ji = F.silu(self.lin_ji(x))  # (E, H)
         x_kj = F.silu(self.lin_kj(x)) * self.lin_rbf2(self.lin_rbf1(rbf))  # (E, H)
         x_kj = F.silu(self.lin_down(x_kj))  # (E, T')
@@ -304,8 +308,19 @@ class MoleculePropertyWorkload(Workload):
 
 
 def _create_dimenet_pp(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(hidden_channels=16, num_blocks=1, int_emb_size=8, basis_emb_size=4, out_emb_channels=16,
-                 num_spherical=3, num_radial=3) if ctx.smoke else {}
+    smoke = (
+        dict(
+            hidden_channels=16,
+            num_blocks=1,
+            int_emb_size=8,
+            basis_emb_size=4,
+            out_emb_channels=16,
+            num_spherical=3,
+            num_radial=3,
+        )
+        if ctx.smoke
+        else {}
+    )
     cfg = replace(DimeNetPPConfig(), **{**smoke, **kwargs})
     z, pos, batch = qm9_like_molecules(ctx, ctx.batch_size, *ctx.pick((10, 29), (3, 6)))
     targets = ctx.randn(ctx.batch_size, cfg.out_channels)
@@ -314,12 +329,17 @@ def _create_dimenet_pp(ctx: BuildContext, **kwargs) -> Workload:
     return MoleculePropertyWorkload(ctx, model, (z, pos, batch), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="molecular_property", batch_size=(32, 32), tags=("gnn",),
-                source="Gasteiger et al., DimeNet++, 2020; PyG torch_geometric.nn.models.DimeNetPlusPlus",
-                param_count=1_885_830,  # PyG DimeNetPlusPlus with the QM9 configuration, summed over layer shapes
-                notes="Synthetic QM9-like molecules (10-29 atoms), radius graph and triplets built in the step; "
-                      "batch = molecules; L1 loss on one target. The spherical basis (torch.special Bessel j0 "
-                      "and Legendre P, no half kernels) is computed in fp32 under fp16/bf16.")
+@register_model(
+    domain="other",
+    task="molecular_property",
+    batch_size=(32, 32),
+    tags=("gnn",),
+    source="Gasteiger et al., DimeNet++, 2020; PyG torch_geometric.nn.models.DimeNetPlusPlus",
+    param_count=1_885_830,  # PyG DimeNetPlusPlus with the QM9 configuration, summed over layer shapes
+    notes="Synthetic QM9-like molecules (10-29 atoms), radius graph and triplets built in the step; "
+    "batch = molecules; L1 loss on one target. The spherical basis (torch.special Bessel j0 "
+    "and Legendre P, no half kernels) is computed in fp32 under fp16/bf16.",
+)
 def dimenet_pp(ctx: BuildContext, **kwargs) -> Workload:
     """DimeNet++ (hidden 128, 4 blocks, 7x6 spherical basis, cutoff 5 Å) on QM9-like molecules."""
     return _create_dimenet_pp(ctx, **kwargs)

@@ -45,8 +45,16 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-__all__ = ["FNO2d", "FNO3d", "FNO3dConfig", "FNOConfig", "SpectralConv2d", "SpectralConv3d", "darcy_coefficients",
-           "relative_l2_loss"]
+__all__ = [
+    "FNO2d",
+    "FNO3d",
+    "FNO3dConfig",
+    "FNOConfig",
+    "SpectralConv2d",
+    "SpectralConv3d",
+    "darcy_coefficients",
+    "relative_l2_loss",
+]
 
 # The reference's r = 5 subsampling of the 421 x 421 Darcy data: s = (421 - 1) / 5 + 1.
 DARCY_RESOLUTION = 85
@@ -122,7 +130,8 @@ class FNO2d(nn.Module):
         self.padding = cfg.padding
         self.lift = nn.Linear(3, cfg.width)  # (a, x, y) per grid point
         self.spectral = nn.ModuleList(
-            SpectralConv2d(cfg.width, cfg.width, cfg.modes, cfg.modes) for _ in range(cfg.layers))
+            SpectralConv2d(cfg.width, cfg.width, cfg.modes, cfg.modes) for _ in range(cfg.layers)
+        )
         self.pointwise = nn.ModuleList(nn.Conv2d(cfg.width, cfg.width, 1) for _ in range(cfg.layers))
         self.project = nn.Sequential(nn.Linear(cfg.width, cfg.projection), nn.GELU(), nn.Linear(cfg.projection, 1))
 
@@ -180,8 +189,12 @@ class SpectralConv3d(nn.Module):
         dtype = torch.promote_types(x.dtype, torch.float32)  # as SpectralConv2d: no half rfftn on CPU
         x_ft = torch.fft.rfftn(x.to(dtype), dim=[-3, -2, -1])  # (B, Cin, X, Y, T // 2 + 1) complex
         out_ft = x_ft.new_zeros(b, self.out_channels, d1, d2, d3 // 2 + 1)
-        corners = ((slice(None, m1), slice(None, m2)), (slice(-m1, None), slice(None, m2)),
-                   (slice(None, m1), slice(-m2, None)), (slice(-m1, None), slice(-m2, None)))
+        corners = (
+            (slice(None, m1), slice(None, m2)),
+            (slice(-m1, None), slice(None, m2)),
+            (slice(None, m1), slice(-m2, None)),
+            (slice(-m1, None), slice(-m2, None)),
+        )
         for weights, (s1, s2) in zip((self.weights1, self.weights2, self.weights3, self.weights4), corners):
             w = torch.view_as_complex(weights.to(dtype))  # (Cin, Cout, m1, m2, m3)
             out_ft[:, :, s1, s2, :m3] = torch.einsum("bixyz,ioxyz->boxyz", x_ft[:, :, s1, s2, :m3], w)
@@ -196,7 +209,8 @@ class FNO3d(nn.Module):
         self.padding = cfg.padding
         self.lift = nn.Linear(cfg.in_steps + 3, cfg.width)  # (u_1..u_T_in, x, y, t) per grid point
         self.spectral = nn.ModuleList(
-            SpectralConv3d(cfg.width, cfg.width, cfg.modes, cfg.modes, cfg.modes) for _ in range(cfg.layers))
+            SpectralConv3d(cfg.width, cfg.width, cfg.modes, cfg.modes, cfg.modes) for _ in range(cfg.layers)
+        )
         self.pointwise = nn.ModuleList(nn.Conv3d(cfg.width, cfg.width, 1) for _ in range(cfg.layers))
         self.project = nn.Sequential(nn.Linear(cfg.width, cfg.projection), nn.GELU(), nn.Linear(cfg.projection, 1))
 
@@ -260,11 +274,14 @@ def _vorticity(ctx: BuildContext, samples: int, resolution: int, steps: int) -> 
     k2 = k[:, None] ** 2 + k[None, :] ** 2
     coef = ctx.randn(samples, 2, k.numel(), k.numel()) / (1 + k2)  # cos and sin amplitudes
     grid = torch.arange(resolution, dtype=torch.float32, device=ctx.device) / resolution
-    phase = 2 * math.pi * (k[:, None, None, None] * grid[:, None] + k[None, :, None, None] * grid[None, :])  # (K, K, S, S)
+    phase = (
+        2 * math.pi * (k[:, None, None, None] * grid[:, None] + k[None, :, None, None] * grid[None, :])
+    )  # (K, K, S, S)
     t = torch.arange(1, steps + 1, dtype=torch.float32, device=ctx.device)
     decay = torch.exp(-NS_VISCOSITY * (2 * math.pi) ** 2 * k2[..., None] * t)  # (K, K, T)
-    return (torch.einsum("nkl,klt,klxy->nxyt", coef[:, 0], decay, torch.cos(phase))
-            + torch.einsum("nkl,klt,klxy->nxyt", coef[:, 1], decay, torch.sin(phase)))
+    return torch.einsum("nkl,klt,klxy->nxyt", coef[:, 0], decay, torch.cos(phase)) + torch.einsum(
+        "nkl,klt,klxy->nxyt", coef[:, 1], decay, torch.sin(phase)
+    )
 
 
 class DarcyWorkload(Workload):
@@ -294,15 +311,22 @@ def _create_fno(ctx: BuildContext, **kwargs) -> Workload:
     return DarcyWorkload(ctx, model, (a, y_mean, y_scale), targets, optimizer=opt)
 
 
-_SOURCE = ("Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021; "
-           "zongyi-li/fourier_neural_operator fourier_2d.py")
+_SOURCE = (
+    "Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021; zongyi-li/fourier_neural_operator fourier_2d.py"
+)
 
 
-@register_model(domain="other", task="pde_surrogate", source=_SOURCE, batch_size=(20, 20), tags=("fft", "complex"),
-                param_count=2_368_001,  # real scalars: a complex weight counts 2, as the reference's count_params
-                notes="Synthetic Darcy data (thresholded Gaussian random field; smooth stand-in targets, no PDE "
-                      "solve). fp16/bf16/amp: the FFTs and spectral products run in fp32 (no half rfft on CPU; "
-                      "cuFFT half needs power-of-two sizes, the padded grid is 94).")
+@register_model(
+    domain="other",
+    task="pde_surrogate",
+    source=_SOURCE,
+    batch_size=(20, 20),
+    tags=("fft", "complex"),
+    param_count=2_368_001,  # real scalars: a complex weight counts 2, as the reference's count_params
+    notes="Synthetic Darcy data (thresholded Gaussian random field; smooth stand-in targets, no PDE "
+    "solve). fp16/bf16/amp: the FFTs and spectral products run in fp32 (no half rfft on CPU; "
+    "cuFFT half needs power-of-two sizes, the padded grid is 94).",
+)
 def fno_darcy(ctx: BuildContext, **kwargs) -> Workload:
     """FNO-2D (12 modes, width 32, 4 Fourier layers) on 85x85 Darcy flow, relative L2 loss."""
     return _create_fno(ctx, **kwargs)
@@ -325,14 +349,19 @@ def _create_fno3d(ctx: BuildContext, **kwargs) -> Workload:
     return DarcyWorkload(ctx, model, (a, y_mean, y_scale), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="pde_surrogate", batch_size=(10, 10), tags=("fft", "complex"),
-                source="Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021; "
-                       "neuraloperator/neuraloperator (MIT) fourier_3d.py",
-                # from the reference definition, complex weights counted as 2 real scalars (its count_params):
-                # 4 layers x 4 corners x 20*20*8*8*8*2 + 4 x (20*20 + 20) + (13*20 + 20) + (20*128 + 128) + 129
-                param_count=6_558_377,
-                notes="Synthetic vorticity (decaying cosine series, no Navier-Stokes solve). FFTs and spectral "
-                      "products run in at least fp32, as fno_darcy.")
+@register_model(
+    domain="other",
+    task="pde_surrogate",
+    batch_size=(10, 10),
+    tags=("fft", "complex"),
+    source="Li et al., Fourier Neural Operator for Parametric PDEs, ICLR 2021; "
+    "neuraloperator/neuraloperator (MIT) fourier_3d.py",
+    # from the reference definition, complex weights counted as 2 real scalars (its count_params):
+    # 4 layers x 4 corners x 20*20*8*8*8*2 + 4 x (20*20 + 20) + (13*20 + 20) + (20*128 + 128) + 129
+    param_count=6_558_377,
+    notes="Synthetic vorticity (decaying cosine series, no Navier-Stokes solve). FFTs and spectral "
+    "products run in at least fp32, as fno_darcy.",
+)
 def fno3d_navier_stokes(ctx: BuildContext, **kwargs) -> Workload:
     """FNO-3D (8 modes, width 20) on 64x64 Navier-Stokes, 10 steps in, 40 out; relative L2 loss."""
     return _create_fno3d(ctx, **kwargs)

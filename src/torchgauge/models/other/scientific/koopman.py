@@ -141,8 +141,9 @@ def limit_cycle_series(ctx: BuildContext, length: int, cfg: LKISConfig) -> torch
 def _mlp(d_in: int, d_out: int) -> nn.Sequential:
     """The reference's Observable / Reconstructor: Linear-PReLU-BatchNorm-Linear, hidden (d_in + d_out) / 2."""
     hidden = round((d_in + d_out) * 0.5)  # Python's round, as the reference
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.PReLU(), nn.BatchNorm1d(hidden, eps=BN_EPS),
-                         nn.Linear(hidden, d_out))
+    return nn.Sequential(
+        nn.Linear(d_in, hidden), nn.PReLU(), nn.BatchNorm1d(hidden, eps=BN_EPS), nn.Linear(hidden, d_out)
+    )
 
 
 class LKIS(nn.Module):
@@ -203,15 +204,20 @@ def _create_lkis(ctx: BuildContext, **kwargs) -> Workload:
     return LKISWorkload(ctx, model, (series,), optimizer=opt)
 
 
-@register_model(domain="other", task="koopman_dmd", batch_size=(9993, 9993), tags=("linalg", "complex"),
-                source="Takeishi, Kawahara & Yairi, Learning Koopman Invariant Subspaces for Dynamic Mode "
-                       "Decomposition, NeurIPS 2017; n-takeishi/learning-kis (Chainer)",
-                param_count=195,  # phi 56 + BatchNorm 14 + g 96 + h 29, from the architecture (module docstring)
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="Batch size = delay pairs, full-batch as the reference (its Lorenz training series gives "
-                      "9,993). Synthetic data: a limit cycle seen through a quadratic, 5 known Koopman eigenvalues. "
-                      "Eval: exact DMD (SVD, complex eig) and a 10-step decoded prediction. fp16/bf16/amp "
-                      "unsupported: no half-precision pinv or SVD (amp hands pinv the half Linear outputs).")
+@register_model(
+    domain="other",
+    task="koopman_dmd",
+    batch_size=(9993, 9993),
+    tags=("linalg", "complex"),
+    source="Takeishi, Kawahara & Yairi, Learning Koopman Invariant Subspaces for Dynamic Mode "
+    "Decomposition, NeurIPS 2017; n-takeishi/learning-kis (Chainer)",
+    param_count=195,  # phi 56 + BatchNorm 14 + g 96 + h 29, from the architecture (module docstring)
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="Batch size = delay pairs, full-batch as the reference (its Lorenz training series gives "
+    "9,993). Synthetic data: a limit cycle seen through a quadratic, 5 known Koopman eigenvalues. "
+    "Eval: exact DMD (SVD, complex eig) and a 10-step decoded prediction. fp16/bf16/amp "
+    "unsupported: no half-precision pinv or SVD (amp hands pinv the half Linear outputs).",
+)
 def lkis_koopman(ctx: BuildContext, **kwargs) -> Workload:
     """LKIS (delay 7, 5 observables) on a scalar limit-cycle series, Koopman least-squares loss."""
     return _create_lkis(ctx, **kwargs)

@@ -107,7 +107,9 @@ class PairPotential(nn.Module):
         return self.mlp(r).sum(dim=(1, 2))  # (B,)
 
 
-def energies_and_forces(model: nn.Module, positions: torch.Tensor, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def energies_and_forces(
+    model: nn.Module, positions: torch.Tensor, create_graph: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Energies ``(B,)`` and forces ``-dE/dx`` ``(B, N, 3)``; ``create_graph`` to train through the forces."""
     positions = positions.detach().requires_grad_(True)
     energies = model(positions)
@@ -115,7 +117,9 @@ def energies_and_forces(model: nn.Module, positions: torch.Tensor, create_graph:
     return energies, -grad
 
 
-def _force_matching_loss(outputs: tuple[torch.Tensor, torch.Tensor], targets: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def _force_matching_loss(
+    outputs: tuple[torch.Tensor, torch.Tensor], targets: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
     (energies, forces), (true_energies, true_forces) = outputs, targets
     return F.mse_loss(true_energies, energies) + 0.01 * F.mse_loss(true_forces, forces) / 3
 
@@ -173,15 +177,27 @@ def _create_lennard_jones_systems(ctx: BuildContext, **kwargs) -> Workload:
     return ForceFieldWorkload(ctx, model, (positions,), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="molecular_dynamics", source="TorchBench lennard_jones (functorch example, muhrin/milad)",
-                batch_size=(1000, 1000), tags=("functorch",), param_count=865)
+@register_model(
+    domain="other",
+    task="molecular_dynamics",
+    source="TorchBench lennard_jones (functorch example, muhrin/milad)",
+    batch_size=(1000, 1000),
+    tags=("functorch",),
+    param_count=865,
+)
 def lennard_jones(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's: 1-16-16-16-16-1 tanh MLP on 1000 scalar distances, forces by vmap(jacrev)."""
     return _create_lennard_jones(ctx, **kwargs)
 
 
-@register_model(domain="other", task="molecular_dynamics", source="TorchBench lennard_jones's MLP as a many-body pair potential",
-                batch_size=(1000, 1000), tags=("double_backward",), param_count=865)
+@register_model(
+    domain="other",
+    task="molecular_dynamics",
+    source="TorchBench lennard_jones's MLP as a many-body pair potential",
+    batch_size=(1000, 1000),
+    tags=("double_backward",),
+    param_count=865,
+)
 def lennard_jones_systems(ctx: BuildContext, **kwargs) -> Workload:
     """1-16-16-16-16-1 tanh pair potential over 8-particle systems, forces by autograd.grad (double backward)."""
     return _create_lennard_jones_systems(ctx, **kwargs)

@@ -103,7 +103,9 @@ def _top_face(drdT, drdS, dTdh, dSdh, drho_z, K_iso, maskW, face_weight):
     return total, a_out
 
 
-def isoneutral_diffusion_pre(maskT, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost, cosu, salt, temp, zt, K_iso):
+def isoneutral_diffusion_pre(
+    maskT, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost, cosu, salt, temp, zt, K_iso
+):
     """Isoneutral diffusivities and slope triads of one time level.
 
     Args:
@@ -132,14 +134,24 @@ def isoneutral_diffusion_pre(maskT, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt
 
     nx, ny, nz = K_iso.shape
     rows, cols, tops = slice(2, nx - 2), slice(2, ny - 2), slice(0, nz - 1)
-    drho_z = [drdT[rows, cols, kr:nz - 1 + kr] * dTdz[rows, cols, tops] + drdS[rows, cols, kr:nz - 1 + kr] * dSdz[rows, cols, tops]
-              for kr in (0, 1)]
+    drho_z = [
+        drdT[rows, cols, kr : nz - 1 + kr] * dTdz[rows, cols, tops]
+        + drdS[rows, cols, kr : nz - 1 + kr] * dSdz[rows, cols, tops]
+        for kr in (0, 1)
+    ]
     sum_x, Ai_bx = _top_face(drdT, drdS, dTdx, dSdx, drho_z, K_iso, maskW, dxu[:, None, None])
-    sum_y, Ai_by = _top_face(*map(_swap_xy, (drdT, drdS, dTdy, dSdy)), list(map(_swap_xy, drho_z)), _swap_xy(K_iso), _swap_xy(maskW),
-                             (cosu * dyu)[:, None, None])
+    sum_y, Ai_by = _top_face(
+        *map(_swap_xy, (drdT, drdS, dTdy, dSdy)),
+        list(map(_swap_xy, drho_z)),
+        _swap_xy(K_iso),
+        _swap_xy(maskW),
+        (cosu * dyu)[:, None, None],
+    )
     Ai_by = _swap_xy(Ai_by)
     K_33 = K_iso.new_zeros(nx, ny, nz)  # the surface level has no top face: stays 0
-    K_33[rows, cols, tops] = sum_x / (4.0 * dxt[rows, None, None]) + _swap_xy(sum_y) / (4.0 * dyt[None, cols, None] * cost[None, cols, None])
+    K_33[rows, cols, tops] = sum_x / (4.0 * dxt[rows, None, None]) + _swap_xy(sum_y) / (
+        4.0 * dyt[None, cols, None] * cost[None, cols, None]
+    )
     return K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by
 
 

@@ -81,7 +81,10 @@ def _superbee_flux(vel, var, mask, dx, dim, vel_factor=None):
     r_down = (at(var, 0) - at(var, -1)) * at(mask, -1)
     ratio = torch.where(at(vel, 0) > 0, r_down, r_up) / torch.where(torch.abs(r_here) < 1e-20, 1e-20, r_here)
     limiter = torch.clamp(torch.maximum(torch.clamp(2 * ratio, max=1.0), torch.clamp(ratio, max=2.0)), min=0.0)
-    return vel_face * (at(var, 1) + at(var, 0)) * 0.5 - torch.abs(vel_face) * ((1.0 - limiter) + cfl * limiter) * r_here * 0.5
+    return (
+        vel_face * (at(var, 1) + at(var, 0)) * 0.5
+        - torch.abs(vel_face) * ((1.0 - limiter) + cfl * limiter) * r_here * 0.5
+    )
 
 
 def _open_faces(mask: torch.Tensor, dim: int) -> torch.Tensor:
@@ -97,11 +100,13 @@ def _advection_fluxes(var, u, v, w, maskW, dxt, dyt, dzw, cost, cosu):
     flux_east, flux_north, flux_top = (torch.zeros_like(var) for _ in range(3))
     inner_x, inner_y = slice(2, nx - 2), slice(2, ny - 2)
     mask_u = _open_faces(maskW, 0)[:, inner_y]
-    flux_east[1:-2, inner_y] = _superbee_flux(u[:, inner_y], var[:, inner_y], mask_u,
-                                              dxt[:, None, None] * cost[None, inner_y, None], 0)
+    flux_east[1:-2, inner_y] = _superbee_flux(
+        u[:, inner_y], var[:, inner_y], mask_u, dxt[:, None, None] * cost[None, inner_y, None], 0
+    )
     mask_v = _open_faces(maskW, 1)[inner_x]
-    flux_north[inner_x, 1:-2] = _superbee_flux(v[inner_x], var[inner_x], mask_v, (cost * dyt)[None, :, None], 1,
-                                               cosu[None, :, None])
+    flux_north[inner_x, 1:-2] = _superbee_flux(
+        v[inner_x], var[inner_x], mask_v, (cost * dyt)[None, :, None], 1, cosu[None, :, None]
+    )
     # vertical: zero-padded below the floor and above the surface, so faces 0..nz-2 are interior
     w_z, var_z, mask_z = (F.pad(x[inner_x, inner_y], (1, 1)) for x in (w, var, _open_faces(maskW, 2)))
     flux_top[inner_x, inner_y, :-1] = _superbee_flux(w_z, var_z, mask_z, F.pad(dzw, (1, 1))[None, None, :], 2)
@@ -111,12 +116,34 @@ def _advection_fluxes(var, u, v, w, maskW, dxt, dyt, dzw, cost, cosu):
 def _lateral_divergence(flux_east, flux_north, dxt, dyt, cost):
     """Divergence of the east/north face fluxes in the interior cells ``(nx-4, ny-4, nz)``."""
     rows, cols = slice(2, -2), slice(2, -2)
-    return ((flux_east[rows, cols] - flux_east[1:-3, cols]) / (cost[None, cols, None] * dxt[rows, None, None])
-            + (flux_north[rows, cols] - flux_north[rows, 1:-3]) / (cost[None, cols, None] * dyt[None, cols, None]))
+    return (flux_east[rows, cols] - flux_east[1:-3, cols]) / (cost[None, cols, None] * dxt[rows, None, None]) + (
+        flux_north[rows, cols] - flux_north[rows, 1:-3]
+    ) / (cost[None, cols, None] * dyt[None, cols, None])
 
 
-def integrate_tke(u, v, w, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost, cosu, kbot, kappaM, mxl, forc,
-                  forc_tke_surface, tke, dtke):
+def integrate_tke(
+    u,
+    v,
+    w,
+    maskU,
+    maskV,
+    maskW,
+    dxt,
+    dxu,
+    dyt,
+    dyu,
+    dzt,
+    dzw,
+    cost,
+    cosu,
+    kbot,
+    kappaM,
+    mxl,
+    forc,
+    forc_tke_surface,
+    tke,
+    dtke,
+):
     """One TKE step on a ``(nx, ny, nz)`` grid; returns ``(tke, dtke, tke_surf_corr)``.
 
     Args:
@@ -134,8 +161,13 @@ def integrate_tke(u, v, w, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, co
     half_top = 0.5 * dzw[-1]  # the surface box is half a cell
     dissipation = _DT_TKE * _C_EPS * sqrt_tke[inner] / mxl[inner]
     a_tri = F.pad(torch.cat([-delta[..., :-2] / dzw[1:-1], -delta[..., -2:-1] / half_top], dim=-1), (1, 0))
-    b_tri = F.pad(torch.cat([(delta[..., 1:-1] + delta[..., :-2]) / dzw[1:-1], delta[..., -2:-1] / half_top], dim=-1),
-                  (1, 0)) + 1.0 + dissipation
+    b_tri = (
+        F.pad(
+            torch.cat([(delta[..., 1:-1] + delta[..., :-2]) / dzw[1:-1], delta[..., -2:-1] / half_top], dim=-1), (1, 0)
+        )
+        + 1.0
+        + dissipation
+    )
     b_floor = 1.0 + delta / dzw + dissipation
     c_tri = -delta / dzw
     d_tri = tke[inner][..., _TAU] + _DT_TKE * forc[inner]
@@ -154,8 +186,9 @@ def integrate_tke(u, v, w, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, co
     flux_east = _K_H_TKE * face_gradient(now, 0, maskU, cost[None, :, None] * dxu[:, None, None])
     flux_north = _K_H_TKE * face_gradient(now, 1, maskV, dyu[None, :, None]) * cosu[None, :, None]
     tke[inner][..., _TAUP1] += _DT_TKE * maskW[inner] * _lateral_divergence(flux_east, flux_north, dxt, dyt, cost)
-    flux_east, flux_north, flux_top = _advection_fluxes(now, u[..., _TAU], v[..., _TAU], w[..., _TAU], maskW, dxt, dyt,
-                                                        dzw, cost, cosu)
+    flux_east, flux_north, flux_top = _advection_fluxes(
+        now, u[..., _TAU], v[..., _TAU], w[..., _TAU], maskW, dxt, dyt, dzw, cost, cosu
+    )
     dtke[inner][..., _TAU] = -maskW[inner] * _lateral_divergence(flux_east, flux_north, dxt, dyt, cost)
     dz_box = torch.cat([dzw[:-1], dzw[-1:] * 0.5])
     dtke[..., _TAU] -= (flux_top - F.pad(flux_top[..., :-1], (1, 0))) / dz_box

@@ -106,8 +106,9 @@ class CFConv(nn.Module):
     def __init__(self, channels: int, num_filters: int, num_gaussians: int, cutoff: float) -> None:
         super().__init__()
         self.cutoff = cutoff
-        self.filter_net = nn.Sequential(nn.Linear(num_gaussians, num_filters), ShiftedSoftplus(),
-                                        nn.Linear(num_filters, num_filters))
+        self.filter_net = nn.Sequential(
+            nn.Linear(num_gaussians, num_filters), ShiftedSoftplus(), nn.Linear(num_filters, num_filters)
+        )
         self.lin1 = nn.Linear(channels, num_filters, bias=False)
         self.lin2 = nn.Linear(num_filters, channels)
 
@@ -141,7 +142,8 @@ class SchNet(nn.Module):
         self.rbf = GaussianSmearing(0.0, cfg.cutoff, cfg.num_gaussians)
         self.interactions = nn.ModuleList(
             InteractionBlock(cfg.hidden_channels, cfg.num_filters, cfg.num_gaussians, cfg.cutoff)
-            for _ in range(cfg.num_interactions))
+            for _ in range(cfg.num_interactions)
+        )
         self.lin1 = nn.Linear(cfg.hidden_channels, cfg.hidden_channels // 2)
         self.lin2 = nn.Linear(cfg.hidden_channels // 2, 1)
         self.reset_parameters()
@@ -166,8 +168,9 @@ class SchNet(nn.Module):
         return scatter_sum(h, batch, num_molecules).squeeze(-1)  # (B,)
 
 
-def energy_and_forces(model: nn.Module, z: torch.Tensor, pos: torch.Tensor, batch: torch.Tensor,
-                      num_molecules: int, create_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def energy_and_forces(
+    model: nn.Module, z: torch.Tensor, pos: torch.Tensor, batch: torch.Tensor, num_molecules: int, create_graph: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Energies ``(B,)`` and forces ``-dE/dR`` ``(N, 3)``; ``create_graph`` to train through the forces."""
     pos = pos.detach().requires_grad_(True)
     energy = model(z, pos, batch, num_molecules)
@@ -175,8 +178,9 @@ def energy_and_forces(model: nn.Module, z: torch.Tensor, pos: torch.Tensor, batc
     return energy, -grad
 
 
-def qm9_like_molecules(ctx: BuildContext, num_molecules: int, min_atoms: int, max_atoms: int,
-                       grid: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qm9_like_molecules(
+    ctx: BuildContext, num_molecules: int, min_atoms: int, max_atoms: int, grid: int = 4
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Atomic numbers ``(N,)``, positions ``(N, 3)`` in Å and sorted molecule indices ``(N,)``.
 
     Each molecule has ``min_atoms..max_atoms`` atoms on distinct sites of a ``grid^3`` lattice
@@ -222,13 +226,18 @@ def _create_schnet(ctx: BuildContext, **kwargs) -> Workload:
     return EnergyForcesWorkload(ctx, model, (z, pos, batch), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="molecular_property", batch_size=(100, 100), tags=("gnn", "double_backward"),
-                source="Schütt et al., SchNet, NeurIPS 2017; PyG torch_geometric.nn.models.SchNet, schnetpack training",
-                param_count=455_809,  # PyG SchNet() defaults, summed over its layer shapes
-                unsupported_precisions=("fp16",),
-                notes="Synthetic QM9-like molecules (10-29 atoms); batch = molecules; the radius graph is built in "
-                      "the step. Train: 0.01 MSE(E) + 0.99 MSE(F) with F = -dE/dR (double backward); eval: E and F. "
-                      "fp16 unsupported: pure-fp16 training makes the parameters NaN in its first step.")
+@register_model(
+    domain="other",
+    task="molecular_property",
+    batch_size=(100, 100),
+    tags=("gnn", "double_backward"),
+    source="Schütt et al., SchNet, NeurIPS 2017; PyG torch_geometric.nn.models.SchNet, schnetpack training",
+    param_count=455_809,  # PyG SchNet() defaults, summed over its layer shapes
+    unsupported_precisions=("fp16",),
+    notes="Synthetic QM9-like molecules (10-29 atoms); batch = molecules; the radius graph is built in "
+    "the step. Train: 0.01 MSE(E) + 0.99 MSE(F) with F = -dE/dR (double backward); eval: E and F. "
+    "fp16 unsupported: pure-fp16 training makes the parameters NaN in its first step.",
+)
 def schnet(ctx: BuildContext, **kwargs) -> Workload:
     """SchNet (128 channels, 6 interactions, 50 Gaussians, cutoff 10 Å), energy + force training."""
     return _create_schnet(ctx, **kwargs)

@@ -128,16 +128,28 @@ def _create_moco(ctx: BuildContext, pairs: int = 1, **kwargs) -> Workload:
 _SOURCE = "He et al., MoCo, 2020; Chen et al., MoCo v2, 2020; facebookresearch/moco"
 
 
-@register_model(domain="other", task="self_supervised_learning", source=_SOURCE, batch_size=(32, 32),
-                tags=("contrastive",), param_count=47_540_608)  # 2 x ResNet-50 with a 128-d fc
+@register_model(
+    domain="other",
+    task="self_supervised_learning",
+    source=_SOURCE,
+    batch_size=(32, 32),
+    tags=("contrastive",),
+    param_count=47_540_608,
+)  # 2 x ResNet-50 with a 128-d fc
 def moco(ctx: BuildContext, **kwargs) -> Workload:
     """MoCo v1 as TorchBench: ResNet-50 query/key encoders, 128-d, K=32000, m=0.999, T=0.07, two pairs per step."""
     full_size = {} if ctx.smoke else {"queue_size": 32000}  # smoke keeps its 256-key queue
     return _create_moco(ctx, **{"pairs": 2, **full_size, **kwargs})
 
 
-@register_model(domain="other", task="self_supervised_learning", source=_SOURCE, batch_size=(32, 32),
-                tags=("contrastive",), param_count=55_933_312)  # 2 x (ResNet-50 + 2048-2048-128 MLP head)
+@register_model(
+    domain="other",
+    task="self_supervised_learning",
+    source=_SOURCE,
+    batch_size=(32, 32),
+    tags=("contrastive",),
+    param_count=55_933_312,
+)  # 2 x (ResNet-50 + 2048-2048-128 MLP head)
 def moco_v2(ctx: BuildContext, **kwargs) -> Workload:
     """MoCo v2: v1 with an MLP projection head and T=0.2."""
     return _create_moco(ctx, **{"mlp": True, "temperature": 0.2, **kwargs})

@@ -161,17 +161,23 @@ def _create_exprnn(ctx: BuildContext, **kwargs) -> Workload:
         orth = model.rnn.skew_parameter
         opt = torch.optim.RMSprop([p for p in model.parameters() if p is not orth], lr=cfg.lr)
         opt_orth = torch.optim.RMSprop([orth], lr=cfg.lr_orth)
-    return ExpRNNWorkload(ctx, model, (pixels,), labels, loss_fn=F.cross_entropy, optimizer=opt,
-                          orth_optimizer=opt_orth)
+    return ExpRNNWorkload(
+        ctx, model, (pixels,), labels, loss_fn=F.cross_entropy, optimizer=opt, orth_optimizer=opt_orth
+    )
 
 
-@register_model(domain="other", task="sequence_classification", batch_size=(128, 128), tags=("rnn", "linalg"),
-                source="Lezcano-Casado & Martinez-Rubio, Cheap Orthogonal Constraints in Neural Networks, ICML 2019 "
-                       "(github.com/Lezcano/expRNN, permuted pixel MNIST)",
-                unsupported_precisions=("fp16", "bf16"),
-                notes="fp16/bf16 unsupported: torch.matrix_exp has no half-precision kernel. amp runs it in fp32. "
-                      "No param_count: the paper's ~16K counts the free entries of the skew matrix, numel counts "
-                      "the full 170x170 square the reference stores.")
+@register_model(
+    domain="other",
+    task="sequence_classification",
+    batch_size=(128, 128),
+    tags=("rnn", "linalg"),
+    source="Lezcano-Casado & Martinez-Rubio, Cheap Orthogonal Constraints in Neural Networks, ICML 2019 "
+    "(github.com/Lezcano/expRNN, permuted pixel MNIST)",
+    unsupported_precisions=("fp16", "bf16"),
+    notes="fp16/bf16 unsupported: torch.matrix_exp has no half-precision kernel. amp runs it in fp32. "
+    "No param_count: the paper's ~16K counts the free entries of the skew matrix, numel counts "
+    "the full 170x170 square the reference stores.",
+)
 def exprnn_pmnist(ctx: BuildContext, **kwargs) -> Workload:
     """expRNN (hidden 170, Cayley init) on 784-step permuted pixel MNIST, RMSprop 7e-4 / 7e-5."""
     return _create_exprnn(ctx, **kwargs)

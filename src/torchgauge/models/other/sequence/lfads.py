@@ -140,7 +140,9 @@ class KernelNormalizedLinear(nn.Linear):
         return F.linear(x, F.normalize(self.weight, p=2, dim=1), self.bias)
 
 
-def normal_kl(mean: torch.Tensor, std: torch.Tensor, prior_mean: torch.Tensor, prior_logvar: torch.Tensor) -> torch.Tensor:
+def normal_kl(
+    mean: torch.Tensor, std: torch.Tensor, prior_mean: torch.Tensor, prior_logvar: torch.Tensor
+) -> torch.Tensor:
     """Batch-mean KL of the diagonal Gaussian posterior ``(B, D)`` from a diagonal Gaussian prior ``(D,)``."""
     posterior = Independent(Normal(mean, std), 1)
     prior = Independent(Normal(prior_mean, torch.exp(0.5 * prior_logvar)), 1)
@@ -181,8 +183,12 @@ class LFADS(nn.Module):
         self.gen_cell = ClippedGRUCell(cfg.co_dim, cfg.gen_dim, cfg.cell_clip)
         self.fac_linear = KernelNormalizedLinear(cfg.gen_dim, cfg.fac_dim, bias=False)
         self.readout = nn.Linear(cfg.fac_dim, cfg.data_dim)
-        for lin, fan in ((self.ic_linear, 2 * cfg.ic_enc_dim), (self.ic_to_g0, cfg.ic_dim),
-                         (self.co_linear, cfg.con_dim), (self.readout, cfg.fac_dim)):
+        for lin, fan in (
+            (self.ic_linear, 2 * cfg.ic_enc_dim),
+            (self.ic_to_g0, cfg.ic_dim),
+            (self.co_linear, cfg.con_dim),
+            (self.readout, cfg.fac_dim),
+        ):
             _init_normal_(lin.weight, fan)
         nn.init.zeros_(self.readout.bias)
         # priors: IC mean trainable, IC variance frozen (a Parameter without grad, as the reference)
@@ -205,7 +211,9 @@ class LFADS(nn.Module):
         ci_bwd = F.pad(ci_bwd, (0, 0, 0, cfg.ci_lag))[:, -t:]
         return ic_mean, ic_std, torch.cat([ci_fwd, ci_bwd], dim=2)
 
-    def decode(self, g0: torch.Tensor, ci: torch.Tensor, sample: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def decode(
+        self, g0: torch.Tensor, ci: torch.Tensor, sample: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unroll controller and generator: factors ``(B, T, fac_dim)``, inferred-input means and stds ``(B, T, co_dim)``."""
         gen_init = self.ic_to_g0(g0)  # (B, gen_dim)
         gen = gen_init
@@ -234,9 +242,14 @@ class LFADS(nn.Module):
     def l2_penalty(self) -> torch.Tensor:
         """Scaled half squared norms of the recurrent kernels, per recurrent weight of the penalised cells."""
         cfg = self.cfg
-        kernels = [(self.ic_enc.fwd, cfg.l2_ic_enc_scale), (self.ic_enc.bwd, cfg.l2_ic_enc_scale),
-                   (self.gen_cell, cfg.l2_gen_scale), (self.ci_enc.fwd, cfg.l2_ci_enc_scale),
-                   (self.ci_enc.bwd, cfg.l2_ci_enc_scale), (self.con_cell, cfg.l2_con_scale)]
+        kernels = [
+            (self.ic_enc.fwd, cfg.l2_ic_enc_scale),
+            (self.ic_enc.bwd, cfg.l2_ic_enc_scale),
+            (self.gen_cell, cfg.l2_gen_scale),
+            (self.ci_enc.fwd, cfg.l2_ci_enc_scale),
+            (self.ci_enc.bwd, cfg.l2_ci_enc_scale),
+            (self.con_cell, cfg.l2_con_scale),
+        ]
         size = sum(3 * cell.hidden_size**2 for cell, scale in kernels if scale > 0)
         penalty = sum(scale * 0.5 * torch.norm(cell.weight_hh, 2) ** 2 for cell, scale in kernels)
         return penalty / (size + 1e-8)
@@ -251,8 +264,16 @@ class LFADS(nn.Module):
         return recon + self.l2_penalty() + ic_kl + co_kl
 
 
-def lorenz_spikes(ctx: BuildContext, batch: int, steps: int, neurons: int, dt: float = 0.006,
-                  burn_in: int = 500, bin_s: float = 0.02, mean_rate: float = 5.0) -> tuple[torch.Tensor, torch.Tensor]:
+def lorenz_spikes(
+    ctx: BuildContext,
+    batch: int,
+    steps: int,
+    neurons: int,
+    dt: float = 0.006,
+    burn_in: int = 500,
+    bin_s: float = 0.02,
+    mean_rate: float = 5.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded Poisson counts ``(B, T, N)`` driven by Lorenz trajectories, and their true rates."""
     state = ctx.randn(batch, 3, std=5.0).cpu() + torch.tensor([0.0, 0.0, 25.0])
     path = []
@@ -294,14 +315,19 @@ def _create_lfads(ctx: BuildContext, **kwargs) -> Workload:
     return LFADSWorkload(ctx, model, (spikes,), optimizer=opt)
 
 
-@register_model(domain="other", task="latent_dynamics", batch_size=(500, 500), tags=("rnn", "vae"),
-                source="Pandarinath et al., Nature Methods 2018 (LFADS); lfads-torch (Sedler & Pandarinath, "
-                       "Apache-2.0), configs/model/lfads_tf2_match.yaml",
-                param_count=247_121,  # computed from the architecture: see the module docstring
-                unsupported_precisions=("fp16",),
-                notes="Synthetic Lorenz spike counts (29 neurons, 50 bins). Eval: posterior-mean rates. fp16 "
-                      "unsupported: pure-fp16 Adam (eps 1e-8 underflows to 0) makes the posterior means NaN within "
-                      "two steps; bf16 and amp are fine.")
+@register_model(
+    domain="other",
+    task="latent_dynamics",
+    batch_size=(500, 500),
+    tags=("rnn", "vae"),
+    source="Pandarinath et al., Nature Methods 2018 (LFADS); lfads-torch (Sedler & Pandarinath, "
+    "Apache-2.0), configs/model/lfads_tf2_match.yaml",
+    param_count=247_121,  # computed from the architecture: see the module docstring
+    unsupported_precisions=("fp16",),
+    notes="Synthetic Lorenz spike counts (29 neurons, 50 bins). Eval: posterior-mean rates. fp16 "
+    "unsupported: pure-fp16 Adam (eps 1e-8 underflows to 0) makes the posterior means NaN within "
+    "two steps; bf16 and amp are fine.",
+)
 def lfads_spikes(ctx: BuildContext, **kwargs) -> Workload:
     """LFADS with controller on 29-neuron Lorenz spike counts, batch 500."""
     return _create_lfads(ctx, **kwargs)

@@ -126,9 +126,13 @@ def _create_crf_tagger(ctx: BuildContext, **kwargs) -> Workload:
     return CRFTaggingWorkload(ctx, model, (tokens, mask), tags, optimizer=opt)
 
 
-@register_model(domain="other", task="structured_prediction", batch_size=(200, 200),
-                source="Lample et al., BiLSTM-CRF, 2016; stands in for TorchBench pytorch_struct",
-                notes="Linear-chain CRF in place of pytorch-struct's neural CFG; forward algorithm + Viterbi.")
+@register_model(
+    domain="other",
+    task="structured_prediction",
+    batch_size=(200, 200),
+    source="Lample et al., BiLSTM-CRF, 2016; stands in for TorchBench pytorch_struct",
+    notes="Linear-chain CRF in place of pytorch-struct's neural CFG; forward algorithm + Viterbi.",
+)
 def pytorch_struct(ctx: BuildContext, **kwargs) -> Workload:
     """BiLSTM-CRF POS tagger (17 tags, sentences <= 30 tokens): forward-algorithm NLL, Viterbi eval."""
     return _create_crf_tagger(ctx, **kwargs)

@@ -114,8 +114,9 @@ class DropoutNd(nn.Module):
 class S4D(nn.Module):
     """One S4D layer on ``(B, H, L)`` (channels first, ``transposed=True`` in the reference)."""
 
-    def __init__(self, d_model: int, d_state: int, dropout: float, dt_min: float, dt_max: float,
-                 ssm_lr: float | None) -> None:
+    def __init__(
+        self, d_model: int, d_state: int, dropout: float, dt_min: float, dt_max: float, ssm_lr: float | None
+    ) -> None:
         super().__init__()
         self.D = nn.Parameter(torch.randn(d_model))
         self.kernel = S4DKernel(d_model, d_state, dt_min, dt_max, ssm_lr)
@@ -136,7 +137,8 @@ class S4Model(nn.Module):
         super().__init__()
         self.encoder = nn.Linear(cfg.d_input, cfg.d_model)
         self.s4_layers = nn.ModuleList(
-            S4D(cfg.d_model, cfg.d_state, cfg.dropout, cfg.dt_min, cfg.dt_max, cfg.ssm_lr) for _ in range(cfg.n_layers))
+            S4D(cfg.d_model, cfg.d_state, cfg.dropout, cfg.dt_min, cfg.dt_max, cfg.ssm_lr) for _ in range(cfg.n_layers)
+        )
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(cfg.n_layers))
         self.dropouts = nn.ModuleList(nn.Dropout1d(cfg.dropout) for _ in range(cfg.n_layers))
         self.decoder = nn.Linear(cfg.d_model, cfg.d_output)
@@ -170,12 +172,17 @@ def _create_s4d(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (pixels,), labels, loss_fn=nn.functional.cross_entropy, optimizer=opt)
 
 
-@register_model(domain="other", task="sequence_classification", batch_size=(64, 64), tags=("ssm", "fft", "complex"),
-                source="Gu et al., S4D (diagonal state spaces), NeurIPS 2022; state-spaces/s4 models/s4/s4d.py, example.py",
-                param_count=201_482,  # example.py S4Model(d_input=3, d_model=128, n_layers=4), summed over layer shapes
-                unsupported_precisions=("fp16", "bf16"),
-                notes="Synthetic sequential CIFAR (1024 RGB pixels, random labels). fp16/bf16 unsupported: the "
-                      "kernel is complex (no complex bfloat16; no complex-half exp on CPU); amp runs it in fp32.")
+@register_model(
+    domain="other",
+    task="sequence_classification",
+    batch_size=(64, 64),
+    tags=("ssm", "fft", "complex"),
+    source="Gu et al., S4D (diagonal state spaces), NeurIPS 2022; state-spaces/s4 models/s4/s4d.py, example.py",
+    param_count=201_482,  # example.py S4Model(d_input=3, d_model=128, n_layers=4), summed over layer shapes
+    unsupported_precisions=("fp16", "bf16"),
+    notes="Synthetic sequential CIFAR (1024 RGB pixels, random labels). fp16/bf16 unsupported: the "
+    "kernel is complex (no complex bfloat16; no complex-half exp on CPU); amp runs it in fp32.",
+)
 def s4d_scifar(ctx: BuildContext, **kwargs) -> Workload:
     """S4D stack (d_model 128, 4 layers, d_state 64) on 1024-step sequential CIFAR."""
     return _create_s4d(ctx, **kwargs)

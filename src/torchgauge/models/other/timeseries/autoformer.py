@@ -36,7 +36,14 @@ from torchgauge.workload import BuildContext, Workload
 
 from .synthetic_series import calendar_features, seasonal_series, start_hours
 
-__all__ = ["AutoCorrelation", "Autoformer", "AutoformerConfig", "MovingAverage", "SeriesDecomposition", "cross_correlation"]
+__all__ = [
+    "AutoCorrelation",
+    "Autoformer",
+    "AutoformerConfig",
+    "MovingAverage",
+    "SeriesDecomposition",
+    "cross_correlation",
+]
 
 # Hourly 'timeF' features (hour of day, day of week, day of month, day of year).
 TIME_FEATURES = 4
@@ -208,7 +215,9 @@ class DecoderLayer(nn.Module):
         self.decomp2 = SeriesDecomposition(cfg.moving_avg)
         self.decomp3 = SeriesDecomposition(cfg.moving_avg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.projection = nn.Conv1d(cfg.d_model, cfg.enc_in, kernel_size=3, padding=1, padding_mode="circular", bias=False)
+        self.projection = nn.Conv1d(
+            cfg.d_model, cfg.enc_in, kernel_size=3, padding=1, padding_mode="circular", bias=False
+        )
 
     def forward(self, x: torch.Tensor, cross: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, trend1 = self.decomp1(x + self.dropout(self.self_attention(x, x)))
@@ -272,7 +281,9 @@ class Autoformer(nn.Module):
 
 
 def _create_autoformer(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(seq_len=32, label_len=16, pred_len=16, d_model=16, n_heads=2, d_ff=32, moving_avg=5) if ctx.smoke else {}
+    smoke = (
+        dict(seq_len=32, label_len=16, pred_len=16, d_model=16, n_heads=2, d_ff=32, moving_avg=5) if ctx.smoke else {}
+    )
     cfg = replace(AutoformerConfig(), **{**smoke, **kwargs})
     start = start_hours(ctx, ctx.batch_size)
     series = seasonal_series(ctx, start, cfg.seq_len + cfg.pred_len, cfg.enc_in)  # (B, seq + pred, C)
@@ -285,17 +296,22 @@ def _create_autoformer(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (x_enc.contiguous(), marks_enc, marks_dec), target, loss_fn=F.mse_loss, optimizer=opt)
 
 
-@register_model(domain="other", task="forecasting", batch_size=(32, 32), tags=("timeseries", "fft"),
-                unsupported_precisions=("fp16", "bf16"),
-                source="Wu et al., Autoformer, NeurIPS 2021; thuml/Autoformer (ETTh1 script, horizon 96)",
-                # From the reference's layer shapes: embeddings 2 x (7*512*3 + 4*512) = 25,600; encoder layer
-                # 4 x (512^2 + 512) + 2 x 512*2048 = 3,147,776 (x2); decoder layer 2 x 1,050,624 + 2,097,152
-                # + 512*7*3 = 4,209,152; two LayerNorms 2,048; output Linear 3,591.
-                param_count=10_535_943,
-                notes="Synthetic ETTh1-shaped data (7 channels, hourly time features). Train uses the reference's "
-                      "roll aggregation (a host read per delay), eval its gather aggregation. fp16/bf16 "
-                      "unsupported: no half-precision rfft on CPU, and cuFFT's needs power-of-two lengths (96, "
-                      "144 here); amp runs (autocast leaves the FFTs in fp32).")
+@register_model(
+    domain="other",
+    task="forecasting",
+    batch_size=(32, 32),
+    tags=("timeseries", "fft"),
+    unsupported_precisions=("fp16", "bf16"),
+    source="Wu et al., Autoformer, NeurIPS 2021; thuml/Autoformer (ETTh1 script, horizon 96)",
+    # From the reference's layer shapes: embeddings 2 x (7*512*3 + 4*512) = 25,600; encoder layer
+    # 4 x (512^2 + 512) + 2 x 512*2048 = 3,147,776 (x2); decoder layer 2 x 1,050,624 + 2,097,152
+    # + 512*7*3 = 4,209,152; two LayerNorms 2,048; output Linear 3,591.
+    param_count=10_535_943,
+    notes="Synthetic ETTh1-shaped data (7 channels, hourly time features). Train uses the reference's "
+    "roll aggregation (a host read per delay), eval its gather aggregation. fp16/bf16 "
+    "unsupported: no half-precision rfft on CPU, and cuFFT's needs power-of-two lengths (96, "
+    "144 here); amp runs (autocast leaves the FFTs in fp32).",
+)
 def autoformer_etth1(ctx: BuildContext, **kwargs) -> Workload:
     """Autoformer (d_model 512, 2+1 layers, factor 3), 96 -> 96 steps of 7 channels, MSE loss."""
     return _create_autoformer(ctx, **kwargs)

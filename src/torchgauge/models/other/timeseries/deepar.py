@@ -95,9 +95,15 @@ class DeepAR(nn.Module):
         mu, alpha = F.softplus(self.proj(out)).unbind(-1)
         return negative_binomial(mu * scale, alpha / scale.sqrt())
 
-    def unroll(self, series: torch.Tensor, scale: torch.Tensor, features: torch.Tensor, static: torch.Tensor,
-               start: int, state: tuple[torch.Tensor, torch.Tensor] | None = None,
-               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def unroll(
+        self,
+        series: torch.Tensor,
+        scale: torch.Tensor,
+        features: torch.Tensor,
+        static: torch.Tensor,
+        start: int,
+        state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """LSTM over positions ``start .. start + T - 1``, ``T = features.shape[1]``; each sees earlier values only."""
         steps = features.shape[1]
         lags = lagged_values(series / scale, self.lags, start, steps)  # (N, T, K)
@@ -151,8 +157,11 @@ class DeepARWorkload(Workload):
 
 
 def _create_deepar(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(context_length=24, prediction_length=4, num_series=8, hidden=8, num_samples=4,
-                 lags=(1, 2, 3, 23, 24, 25)) if ctx.smoke else {}
+    smoke = (
+        dict(context_length=24, prediction_length=4, num_series=8, hidden=8, num_samples=4, lags=(1, 2, 3, 23, 24, 25))
+        if ctx.smoke
+        else {}
+    )
     cfg = replace(DeepARConfig(), **{**smoke, **kwargs})
     history, window = max(cfg.lags), cfg.context_length + cfg.prediction_length
     start = start_hours(ctx, ctx.batch_size)
@@ -169,15 +178,20 @@ def _create_deepar(ctx: BuildContext, **kwargs) -> Workload:
     return DeepARWorkload(ctx, model, (series, features, series_id), targets, optimizer=opt)
 
 
-@register_model(domain="other", task="forecasting", batch_size=(32, 32), tags=("timeseries", "rnn", "sampling"),
-                source="Salinas et al., DeepAR, IJF 2020; GluonTS torch DeepAR and pytorch-forecasting "
-                       "NegativeBinomialDistributionLoss (Electricity-like hourly counts)",
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="Eval returns 100 ancestral sample paths per series over a 24 h horizon (one LSTM step "
-                      "and one negative-binomial sample per step). Synthetic hourly count series. fp16 "
-                      "unsupported: counts up to 1e5 overflow it (NaN negative-binomial parameters); bf16: no "
-                      "bf16 gamma sampler on CPU (NegativeBinomial.sample draws a gamma); amp: on CPU oneDNN "
-                      "cannot build the LSTM primitive under bf16 autocast with fp32 inputs (torch 2.13).")
+@register_model(
+    domain="other",
+    task="forecasting",
+    batch_size=(32, 32),
+    tags=("timeseries", "rnn", "sampling"),
+    source="Salinas et al., DeepAR, IJF 2020; GluonTS torch DeepAR and pytorch-forecasting "
+    "NegativeBinomialDistributionLoss (Electricity-like hourly counts)",
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="Eval returns 100 ancestral sample paths per series over a 24 h horizon (one LSTM step "
+    "and one negative-binomial sample per step). Synthetic hourly count series. fp16 "
+    "unsupported: counts up to 1e5 overflow it (NaN negative-binomial parameters); bf16: no "
+    "bf16 gamma sampler on CPU (NegativeBinomial.sample draws a gamma); amp: on CPU oneDNN "
+    "cannot build the LSTM primitive under bf16 autocast with fp32 inputs (torch 2.13).",
+)
 def deepar_electricity(ctx: BuildContext, **kwargs) -> Workload:
     """DeepAR (2x40 LSTM, negative binomial), context 168 h, horizon 24 h, 100 sample paths."""
     return _create_deepar(ctx, **kwargs)

@@ -125,8 +125,9 @@ class EncoderLayer(nn.Module):
         self.self_attn = ResidualAttention(cfg.d_model, cfg.n_heads)
         self.dropout_attn = nn.Dropout(cfg.dropout)
         self.norm_attn = BatchNormOverTokens(cfg.d_model)
-        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Dropout(cfg.dropout),
-                                nn.Linear(cfg.d_ff, cfg.d_model))
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.d_ff, cfg.d_model)
+        )
         self.dropout_ffn = nn.Dropout(cfg.dropout)
         self.norm_ffn = BatchNormOverTokens(cfg.d_model)
 
@@ -149,8 +150,9 @@ class PatchTST(nn.Module):
         self.W_pos = nn.Parameter(torch.empty(cfg.patch_num, cfg.d_model).uniform_(-0.02, 0.02))
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.e_layers))
-        self.head = nn.Sequential(nn.Flatten(start_dim=-2), nn.Linear(cfg.d_model * cfg.patch_num, cfg.pred_len),
-                                  nn.Dropout(cfg.head_dropout))
+        self.head = nn.Sequential(
+            nn.Flatten(start_dim=-2), nn.Linear(cfg.d_model * cfg.patch_num, cfg.pred_len), nn.Dropout(cfg.head_dropout)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -177,17 +179,22 @@ def _create_patchtst(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (x,), target, loss_fn=F.mse_loss, optimizer=opt)
 
 
-@register_model(domain="other", task="forecasting", batch_size=(128, 128), tags=("timeseries", "transformer"),
-                source="Nie et al., PatchTST, ICLR 2023; yuqinie98/PatchTST supervised (PatchTST/42, Weather)",
-                # From the reference's layer shapes: W_P 2,176 + W_pos 42*128 = 5,376 + 3 layers x (4 x 16,512
-                # attention + 1 frozen scale + 2 x 256 BatchNorm + 65,920 FFN) = 397,443 + head 5,376*96 + 96
-                # = 516,192 + RevIN 42.
-                param_count=921_229,
-                unsupported_precisions=("fp16",),
-                notes="Synthetic Weather-shaped data: 21 channels, 336 -> 96 steps; BatchNorm over the "
-                      "batch x channels x patches tokens. fp16 unsupported: pure-fp16 training turns the "
-                      "parameters NaN from the second step (Adam in fp16, no loss scaling); fp16 eval, bf16 and "
-                      "amp run.")
+@register_model(
+    domain="other",
+    task="forecasting",
+    batch_size=(128, 128),
+    tags=("timeseries", "transformer"),
+    source="Nie et al., PatchTST, ICLR 2023; yuqinie98/PatchTST supervised (PatchTST/42, Weather)",
+    # From the reference's layer shapes: W_P 2,176 + W_pos 42*128 = 5,376 + 3 layers x (4 x 16,512
+    # attention + 1 frozen scale + 2 x 256 BatchNorm + 65,920 FFN) = 397,443 + head 5,376*96 + 96
+    # = 516,192 + RevIN 42.
+    param_count=921_229,
+    unsupported_precisions=("fp16",),
+    notes="Synthetic Weather-shaped data: 21 channels, 336 -> 96 steps; BatchNorm over the "
+    "batch x channels x patches tokens. fp16 unsupported: pure-fp16 training turns the "
+    "parameters NaN from the second step (Adam in fp16, no loss scaling); fp16 eval, bf16 and "
+    "amp run.",
+)
 def patchtst42_weather(ctx: BuildContext, **kwargs) -> Workload:
     """PatchTST/42 (3 layers, d_model 128, 16 heads), 336 -> 96 steps of 21 channels, MSE loss."""
     return _create_patchtst(ctx, **kwargs)

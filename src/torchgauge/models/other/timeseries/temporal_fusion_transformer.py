@@ -39,8 +39,14 @@ from torchgauge.workload import BuildContext, Workload
 
 from .synthetic_series import HOURS_PER_YEAR, seasonal_series, start_hours
 
-__all__ = ["GatedResidualNetwork", "InterpretableMultiHeadAttention", "TemporalFusionTransformer", "TFTConfig",
-           "VariableSelectionNetwork", "quantile_loss"]
+__all__ = [
+    "GatedResidualNetwork",
+    "InterpretableMultiHeadAttention",
+    "TemporalFusionTransformer",
+    "TFTConfig",
+    "VariableSelectionNetwork",
+    "quantile_loss",
+]
 
 # The paper's Electricity gradient clipping (max_gradient_norm).
 MAX_GRAD_NORM = 0.01
@@ -85,8 +91,9 @@ class GateAddNorm(nn.Module):
 class GatedResidualNetwork(nn.Module):
     """``LayerNorm(skip(x) + GLU(W2 ELU(W1 x + W3 c)))``: ``(..., in) [, (..., ctx)] -> (..., out)``."""
 
-    def __init__(self, in_features: int, hidden: int, out_features: int, dropout: float,
-                 context_features: int | None = None) -> None:
+    def __init__(
+        self, in_features: int, hidden: int, out_features: int, dropout: float, context_features: int | None = None
+    ) -> None:
         super().__init__()
         self.skip = nn.Linear(in_features, out_features) if in_features != out_features else None
         self.fc1 = nn.Linear(in_features, hidden)
@@ -174,7 +181,9 @@ class TemporalFusionTransformer(nn.Module):
 
     def forward(self, static_id: torch.Tensor, past_target: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
         te, total = self.cfg.encoder_steps, known.shape[1]
-        known_emb = torch.stack([f(known[..., i : i + 1]) for i, f in enumerate(self.known_transforms)], dim=-2)  # (B, T, K, H)
+        known_emb = torch.stack(
+            [f(known[..., i : i + 1]) for i, f in enumerate(self.known_transforms)], dim=-2
+        )  # (B, T, K, H)
         target_emb = self.target_transform(past_target.unsqueeze(-1)).unsqueeze(-2)  # (B, Te, 1, H)
 
         static, _ = self.static_selection(self.static_embedding(static_id).unsqueeze(-2))  # (B, H)
@@ -182,8 +191,9 @@ class TemporalFusionTransformer(nn.Module):
         c_enrichment = self.static_context_enrichment(static)
         c_h, c_c = self.static_context_state_h(static), self.static_context_state_c(static)
 
-        history, _ = self.history_selection(torch.cat([target_emb, known_emb[:, :te]], dim=-2),
-                                            c_selection.unsqueeze(1).expand(-1, te, -1))  # (B, Te, H)
+        history, _ = self.history_selection(
+            torch.cat([target_emb, known_emb[:, :te]], dim=-2), c_selection.unsqueeze(1).expand(-1, te, -1)
+        )  # (B, Te, H)
         future, _ = self.future_selection(known_emb[:, te:], c_selection.unsqueeze(1).expand(-1, total - te, -1))
         enc_out, state = self.lstm_encoder(history, (c_h.unsqueeze(0), c_c.unsqueeze(0)))
         dec_out, _ = self.lstm_decoder(future, state)
@@ -219,10 +229,13 @@ def _create_tft(ctx: BuildContext, **kwargs) -> Workload:
     total = cfg.encoder_steps + cfg.decoder_steps
     start = start_hours(ctx, ctx.batch_size)
     usage = seasonal_series(ctx, start, total, 1).squeeze(-1)  # (B, T)
-    usage = (usage - usage[:, : cfg.encoder_steps].mean(1, keepdim=True)) / usage[:, : cfg.encoder_steps].std(1, keepdim=True)
+    usage = (usage - usage[:, : cfg.encoder_steps].mean(1, keepdim=True)) / usage[:, : cfg.encoder_steps].std(
+        1, keepdim=True
+    )
     hours = start[:, None] + torch.arange(total, device=start.device)
-    known = torch.stack([(hours % 24) / 23.0 - 0.5, (hours // 24 % 7) / 6.0 - 0.5,
-                         hours / HOURS_PER_YEAR - 0.5], dim=-1).float()  # (B, T, 3)
+    known = torch.stack(
+        [(hours % 24) / 23.0 - 0.5, (hours // 24 % 7) / 6.0 - 0.5, hours / HOURS_PER_YEAR - 0.5], dim=-1
+    ).float()  # (B, T, 3)
     static_id = ctx.randint(0, cfg.num_static_categories, (ctx.batch_size,))
     past, target = usage[:, : cfg.encoder_steps].contiguous(), usage[:, cfg.encoder_steps :].contiguous()
     model = TemporalFusionTransformer(cfg)
@@ -230,14 +243,19 @@ def _create_tft(ctx: BuildContext, **kwargs) -> Workload:
     return TFTWorkload(ctx, model, (static_id, past, known), target, optimizer=opt)
 
 
-@register_model(domain="other", task="forecasting", batch_size=(64, 64), tags=("timeseries", "attention", "rnn"),
-                source="Lim et al., Temporal Fusion Transformers, IJF 2021; google-research tft and "
-                       "pytorch-forecasting TemporalFusionTransformer (Electricity configuration)",
-                unsupported_precisions=("fp16",),
-                notes="Synthetic Electricity-shaped data: 168 past + 24 future hourly steps, 370 static ids. "
-                      "Returns the 0.1/0.5/0.9 quantiles of the 24 future steps. fp16 unsupported: pure-fp16 "
-                      "training turns the parameters NaN from the second step (Adam in fp16, no loss scaling); "
-                      "fp16 eval, bf16 and amp run.")
+@register_model(
+    domain="other",
+    task="forecasting",
+    batch_size=(64, 64),
+    tags=("timeseries", "attention", "rnn"),
+    source="Lim et al., Temporal Fusion Transformers, IJF 2021; google-research tft and "
+    "pytorch-forecasting TemporalFusionTransformer (Electricity configuration)",
+    unsupported_precisions=("fp16",),
+    notes="Synthetic Electricity-shaped data: 168 past + 24 future hourly steps, 370 static ids. "
+    "Returns the 0.1/0.5/0.9 quantiles of the 24 future steps. fp16 unsupported: pure-fp16 "
+    "training turns the parameters NaN from the second step (Adam in fp16, no loss scaling); "
+    "fp16 eval, bf16 and amp run.",
+)
 def tft_electricity(ctx: BuildContext, **kwargs) -> Workload:
     """TFT (hidden 160, 4 heads), 168 -> 24 hourly steps, quantile loss, clipped Adam."""
     return _create_tft(ctx, **kwargs)

@@ -13,8 +13,10 @@ Inference output format (every box detector here)::
     ]
 """
 
-from . import rcnn  # noqa: F401  (registers models)
-from . import efficientdet  # noqa: F401  (registers models)
-from . import fcos  # noqa: F401  (registers models)
-from . import retinanet  # noqa: F401  (registers models)
-from . import yolov3  # noqa: F401  (registers models)
+from . import (
+    efficientdet,  # noqa: F401  (registers models)
+    fcos,  # noqa: F401  (registers models)
+    rcnn,  # noqa: F401  (registers models)
+    retinanet,  # noqa: F401  (registers models)
+    yolov3,  # noqa: F401  (registers models)
+)

@@ -85,7 +85,10 @@ def synthetic_detection_batch(
     batch = ctx.batch_size
     fractions = ctx.rand(batch).tolist()
     image_sizes = [
-        (height, width if i == 0 or not vary_width else int(width * (MIN_WIDTH_FRACTION + (1 - MIN_WIDTH_FRACTION) * f)))
+        (
+            height,
+            width if i == 0 or not vary_width else int(width * (MIN_WIDTH_FRACTION + (1 - MIN_WIDTH_FRACTION) * f)),
+        )
         for i, f in enumerate(fractions)
     ]
     divisor = max(size_divisibility, 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +94,12 @@ class BoxCoder:
         cx = target[:, 0] + 0.5 * w
         cy = target[:, 1] + 0.5 * h
         return torch.stack(
-            (wx * (cx - ref_cx) / ref_w, wy * (cy - ref_cy) / ref_h, ww * torch.log(w / ref_w), wh * torch.log(h / ref_h)),
+            (
+                wx * (cx - ref_cx) / ref_w,
+                wy * (cy - ref_cy) / ref_h,
+                ww * torch.log(w / ref_w),
+                wh * torch.log(h / ref_h),
+            ),
             dim=1,
         )
 
@@ -136,7 +141,7 @@ def _bit_rows(matrix: Tensor) -> list[int]:
     shifts = torch.arange(8, dtype=torch.uint8, device=matrix.device)
     packed = (padded << shifts).sum(dim=2, dtype=torch.uint8).cpu().contiguous()  # (N, width)
     buffer = ctypes.string_at(packed.data_ptr(), rows * width)
-    return [int.from_bytes(buffer[i * width:(i + 1) * width], "little") for i in range(rows)]
+    return [int.from_bytes(buffer[i * width : (i + 1) * width], "little") for i in range(rows)]
 
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, max_output: int | None = None) -> Tensor:
@@ -159,7 +164,7 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, max_output: int | N
     kept: list[int] = []
     survivors = boxes[:0]
     for start in range(0, num, NMS_BLOCK):
-        block = boxes[start:start + NMS_BLOCK]
+        block = boxes[start : start + NMS_BLOCK]
         dead = _overlaps_above(survivors, block, iou_threshold).any(dim=0)
         (removed,) = _bit_rows(dead[None])
         suppresses = _bit_rows(_overlaps_above(block, block, iou_threshold).triu_(diagonal=1))
@@ -225,7 +230,9 @@ class AnchorGenerator(nn.Module):
     order in which heads flatten their ``(B, A * k, H, W)`` outputs.
     """
 
-    def __init__(self, shapes_per_level: Sequence[Sequence[tuple[float, float]]], strides: Sequence[int], offset: float = 0.0):
+    def __init__(
+        self, shapes_per_level: Sequence[Sequence[tuple[float, float]]], strides: Sequence[int], offset: float = 0.0
+    ):
         super().__init__()
         if len(shapes_per_level) != len(strides):
             raise ValueError(f"{len(shapes_per_level)} anchor shape lists for {len(strides)} strides")

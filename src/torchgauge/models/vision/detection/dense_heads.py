@@ -11,7 +11,7 @@ Detectron2's ``DenseDetector._decode_multi_level_predictions`` (BSD-3-Clause / A
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,15 @@ from torch import Tensor, nn
 
 from .boxes import Matcher, batched_nms, box_iou, clip_boxes
 
-__all__ = ["PRIOR_PROB", "DenseHead", "dense_detections", "flatten_level", "match_anchors", "one_hot_targets", "prior_bias"]
+__all__ = [
+    "PRIOR_PROB",
+    "DenseHead",
+    "dense_detections",
+    "flatten_level",
+    "match_anchors",
+    "one_hot_targets",
+    "prior_bias",
+]
 
 # Initial foreground probability of every class logit (Focal Loss paper, sec. 4.1): keeps the
 # ~100k background anchors from swamping the loss in the first iterations.
@@ -64,7 +72,15 @@ class DenseHead(nn.Module):
     ``centerness (B, N_l)`` (or ``None``), with ``N_l = H_l * W_l * A``.
     """
 
-    def __init__(self, channels: int, num_anchors: int, num_classes: int, num_convs: int = 4, norm: str | None = None, centerness: bool = False):
+    def __init__(
+        self,
+        channels: int,
+        num_anchors: int,
+        num_classes: int,
+        num_convs: int = 4,
+        norm: str | None = None,
+        centerness: bool = False,
+    ):
         super().__init__()
         if norm not in (None, "gn"):
             raise ValueError(f"unknown head norm {norm!r}; accepted: None, 'gn'")
@@ -144,7 +160,9 @@ def one_hot_targets(labels: Tensor, num_classes: int, dtype: torch.dtype) -> Ten
     return F.one_hot(labels.clamp(min=0), num_classes).to(dtype) * (labels >= 0).unsqueeze(-1).to(dtype)
 
 
-def match_anchors(matcher: Matcher, anchors: Tensor, targets: Sequence[dict[str, Tensor]]) -> tuple[Tensor, Tensor, Tensor]:
+def match_anchors(
+    matcher: Matcher, anchors: Tensor, targets: Sequence[dict[str, Tensor]]
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor training targets of a batch from IoU matching against each image's boxes.
 
     Returns:

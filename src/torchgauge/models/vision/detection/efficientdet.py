@@ -14,9 +14,10 @@ threshold, as effdet), decodes them and runs batched NMS to 100 detections per i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -92,7 +93,10 @@ class SeparableConv(nn.Sequential):
     """Depthwise 3x3 (no bias) -> pointwise 1x1 [-> BatchNorm]: effdet's ``SeparableConv2d``."""
 
     def __init__(self, in_ch: int, out_ch: int, bias: bool, norm: Callable[[int], nn.Module] | None):
-        layers: list[nn.Module] = [nn.Conv2d(in_ch, in_ch, 3, padding=1, groups=in_ch, bias=False), nn.Conv2d(in_ch, out_ch, 1, bias=bias)]
+        layers: list[nn.Module] = [
+            nn.Conv2d(in_ch, in_ch, 3, padding=1, groups=in_ch, bias=False),
+            nn.Conv2d(in_ch, out_ch, 1, bias=bias),
+        ]
         if norm is not None:
             layers.append(norm(out_ch))
         super().__init__(*layers)
@@ -106,7 +110,14 @@ def _resample(in_ch: int, out_ch: int, bias: bool, norm: Callable[[int], nn.Modu
 class FusionNode(nn.Module):
     """One BiFPN node: resample inputs to its level, fuse with learned weights, SiLU, separable conv + BN."""
 
-    def __init__(self, level: int, in_levels: Sequence[int], in_channels: Sequence[int], cfg: EfficientDetConfig, norm: Callable[[int], nn.Module]):
+    def __init__(
+        self,
+        level: int,
+        in_levels: Sequence[int],
+        in_channels: Sequence[int],
+        cfg: EfficientDetConfig,
+        norm: Callable[[int], nn.Module],
+    ):
         super().__init__()
         if in_levels[0] != level:
             raise ValueError(f"a BiFPN node's first input must be on its own level {level}, got {in_levels[0]}")
@@ -145,7 +156,8 @@ class BiFPN(nn.Module):
             levels = list(range(5)) + [level for level, _ in BIFPN_NODES]
             self.cells.append(
                 nn.ModuleList(
-                    FusionNode(level, [levels[i] for i in inputs], [node_channels[i] for i in inputs], cfg, norm) for level, inputs in BIFPN_NODES
+                    FusionNode(level, [levels[i] for i in inputs], [node_channels[i] for i in inputs], cfg, norm)
+                    for level, inputs in BIFPN_NODES
                 )
             )
             channels = [width] * 5
@@ -164,10 +176,14 @@ class BiFPN(nn.Module):
 class DetectionNet(nn.Module):
     """effdet's ``HeadNet``: separable convs shared over levels, BatchNorm per level, SiLU, predictor."""
 
-    def __init__(self, cfg: EfficientDetConfig, num_outputs: int, norm: Callable[[int], nn.Module], bias_init: float = 0.0):
+    def __init__(
+        self, cfg: EfficientDetConfig, num_outputs: int, norm: Callable[[int], nn.Module], bias_init: float = 0.0
+    ):
         super().__init__()
         width = cfg.fpn_channels
-        self.convs = nn.ModuleList(SeparableConv(width, width, cfg.redundant_bias, None) for _ in range(cfg.head_repeats))
+        self.convs = nn.ModuleList(
+            SeparableConv(width, width, cfg.redundant_bias, None) for _ in range(cfg.head_repeats)
+        )
         self.norms = nn.ModuleList(nn.ModuleList(norm(width) for _ in STRIDES) for _ in range(cfg.head_repeats))
         self.predict = SeparableConv(width, num_outputs, True, None)
         for module in self.modules():
@@ -246,13 +262,17 @@ class EfficientDet(nn.Module):
             max_detections=cfg.detections_per_image,
         )
 
-    def _losses(self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+    def _losses(
+        self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
         """effdet's ``DetectionLoss``: focal sum and Huber sum over the batch, divided by (#positives + 1)."""
         cfg = self.cfg
         labels, matched_boxes, _ = match_anchors(self.matcher, anchors, targets)  # (B, N), (B, N, 4)
         foreground = labels >= 0
         num_positives = foreground.sum().to(logits.dtype) + 1.0
-        focal = sigmoid_focal_loss(logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma, "sum")
+        focal = sigmoid_focal_loss(
+            logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma, "sum"
+        )
         image_idx, anchor_idx = torch.nonzero(foreground, as_tuple=True)
         target_deltas = self.box_coder.encode(anchors[anchor_idx], matched_boxes[image_idx, anchor_idx])
         # in the targets' dtype: boxes stay fp32 in fp16/bf16 runs, and huber_loss's backward needs one dtype
@@ -261,7 +281,9 @@ class EfficientDet(nn.Module):
         return {"loss_cls": focal / num_positives, "loss_box": cfg.box_loss_weight * huber / (4 * num_positives)}
 
 
-def _create_efficientdet(ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+def _create_efficientdet(
+    ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any
+) -> Workload:
     """Build an EfficientDet workload; ``kwargs`` are :class:`EfficientDetConfig` fields."""
     cfg = EfficientDetConfig(**kwargs)
     model = EfficientDet(cfg)
@@ -269,7 +291,9 @@ def _create_efficientdet(ctx: BuildContext, *, image_size: int | None = None, ma
     if side % STRIDES[-1]:
         raise ValueError(f"EfficientDet image_size must be a multiple of {STRIDES[-1]} (P7's stride), got {side}")
     # Images are letterboxed into a fixed square: narrower images padded to side x side.
-    images, image_sizes, targets = synthetic_detection_batch(ctx, (side, side), cfg.num_classes, max_boxes or ctx.pick(20, 3), STRIDES[-1])
+    images, image_sizes, targets = synthetic_detection_batch(
+        ctx, (side, side), cfg.num_classes, max_boxes or ctx.pick(20, 3), STRIDES[-1]
+    )
     optimizer = None
     if ctx.train:  # effdet trains with momentum SGD (lr 0.09 at batch 64; scaled down here)
         optimizer = ctx.optimizer(model.parameters(), "sgd", lr=0.01, weight_decay=4e-5)

@@ -28,7 +28,9 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"unknown reduction {reduction!r}; accepted: {', '.join(_REDUCTIONS)}")
 
 
-def sigmoid_focal_loss(logits: Tensor, targets: Tensor, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none") -> Tensor:
+def sigmoid_focal_loss(
+    logits: Tensor, targets: Tensor, alpha: float = 0.25, gamma: float = 2.0, reduction: str = "none"
+) -> Tensor:
     """Focal loss on independent per-class sigmoids.
 
     ``FL = -alpha_t * (1 - p_t) ** gamma * log(p_t)`` with ``p_t = p`` for target 1 and ``1 - p``

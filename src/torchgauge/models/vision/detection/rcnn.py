@@ -14,7 +14,8 @@ scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so the registere
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,7 +25,7 @@ from ....workload import BuildContext, Workload
 from .backbones import FPN, STAGE_NAMES, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .rcnn_config import RCNNConfig
-from .rcnn_heads import RoIHeads, RPN
+from .rcnn_heads import RPN, RoIHeads
 
 __all__ = ["GeneralizedRCNN", "RCNNConfig"]
 
@@ -44,7 +45,11 @@ class GeneralizedRCNN(nn.Module):
         self.cfg = cfg
         out_features = {"c4": ("res4",), "dc5": ("res5",), "fpn": STAGE_NAMES}[cfg.neck]
         self.backbone = ResNet(
-            cfg.depth, out_features, res5_dilation=2 if cfg.neck == "dc5" else 1, stride_in_1x1=cfg.stride_in_1x1, width=cfg.width
+            cfg.depth,
+            out_features,
+            res5_dilation=2 if cfg.neck == "dc5" else 1,
+            stride_in_1x1=cfg.stride_in_1x1,
+            width=cfg.width,
         )
         if cfg.neck == "fpn":
             self.fpn = FPN([self.backbone.out_channels[name] for name in STAGE_NAMES], 256, top_block="maxpool")
@@ -146,63 +151,86 @@ def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 # Parameter counts follow from the reference configs (Detectron2 publishes none): e.g.
 # R50-FPN = torchvision's 41,755,286 minus the 91- vs 80-class predictor difference (55,350).
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644
+)
 def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``faster_rcnn_R_50_C4``)."""
     return _detectron2(ctx, depth=50, neck="c4", **kwargs)
 
 
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468
+)
 def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50 with dilated res5 (Detectron2 ``faster_rcnn_R_50_DC5``)."""
     return _detectron2(ctx, depth=50, neck="dc5", **kwargs)
 
 
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936
+)
 def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50-FPN (Detectron2 ``faster_rcnn_R_50_FPN``)."""
     return _detectron2(ctx, depth=50, neck="fpn", **kwargs)
 
 
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548
+)
 def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``faster_rcnn_R_101_C4``)."""
     return _detectron2(ctx, depth=101, neck="c4", **kwargs)
 
 
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372
+)
 def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101 with dilated res5 (Detectron2 ``faster_rcnn_R_101_DC5``)."""
     return _detectron2(ctx, depth=101, neck="dc5", **kwargs)
 
 
-@register_model(domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840)
+@register_model(
+    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840
+)
 def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101-FPN (Detectron2 ``faster_rcnn_R_101_FPN``)."""
     return _detectron2(ctx, depth=101, neck="fpn", **kwargs)
 
 
-@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612)
+@register_model(
+    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612
+)
 def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``mask_rcnn_R_50_C4``)."""
     return _detectron2(ctx, depth=50, neck="c4", mask_on=True, **kwargs)
 
 
 @register_model(
-    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), tags=("mlperf",), param_count=44_343_216
+    domain="vision",
+    task="instance_segmentation",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    tags=("mlperf",),
+    param_count=44_343_216,
 )
 def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50-FPN (Detectron2 ``mask_rcnn_R_50_FPN``; MLPerf's heavy detector)."""
     return _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **kwargs)
 
 
-@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516)
+@register_model(
+    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516
+)
 def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``mask_rcnn_R_101_C4``)."""
     return _detectron2(ctx, depth=101, neck="c4", mask_on=True, **kwargs)
 
 
-@register_model(domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120)
+@register_model(
+    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120
+)
 def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""
     return _detectron2(ctx, depth=101, neck="fpn", mask_on=True, **kwargs)

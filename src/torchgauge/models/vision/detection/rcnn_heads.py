@@ -9,14 +9,24 @@ layout, RoIAlign flavour) come from :class:`~.rcnn_config.RCNNConfig`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .backbones import frozen_residual_scale, make_stage
-from .boxes import AnchorGenerator, BoxCoder, Matcher, anchor_shapes, batched_nms, box_iou, clip_boxes, nonempty_boxes, sample_labels
+from .boxes import (
+    AnchorGenerator,
+    BoxCoder,
+    Matcher,
+    anchor_shapes,
+    batched_nms,
+    box_iou,
+    clip_boxes,
+    nonempty_boxes,
+    sample_labels,
+)
 from .rcnn_config import RCNNConfig
 from .roi_align import RoIPooler, paste_masks, roi_align
 
@@ -53,7 +63,10 @@ class RPN(nn.Module):
         self.matcher = Matcher(0.3, 0.7, allow_low_quality_matches=True)
 
     def forward(
-        self, features: Sequence[Tensor], image_sizes: Sequence[tuple[int, int]], targets: Sequence[dict[str, Tensor]] | None = None
+        self,
+        features: Sequence[Tensor],
+        image_sizes: Sequence[tuple[int, int]],
+        targets: Sequence[dict[str, Tensor]] | None = None,
     ) -> tuple[list[Tensor], dict[str, Tensor]]:
         objectness, deltas = [], []
         for feature in features:
@@ -63,11 +76,19 @@ class RPN(nn.Module):
             batch, _, height, width = d.shape
             deltas.append(d.view(batch, -1, 4, height, width).permute(0, 3, 4, 1, 2).reshape(batch, -1, 4))
         anchors = self.anchor_generator([f.shape[-2:] for f in features])
-        proposals = self._proposals(anchors, [o.detach() for o in objectness], [d.detach() for d in deltas], image_sizes)
-        losses = self._losses(torch.cat(anchors), torch.cat(objectness, 1), torch.cat(deltas, 1), targets) if self.training else {}
+        proposals = self._proposals(
+            anchors, [o.detach() for o in objectness], [d.detach() for d in deltas], image_sizes
+        )
+        losses = (
+            self._losses(torch.cat(anchors), torch.cat(objectness, 1), torch.cat(deltas, 1), targets)
+            if self.training
+            else {}
+        )
         return proposals, losses
 
-    def _proposals(self, anchors: list[Tensor], objectness: list[Tensor], deltas: list[Tensor], image_sizes) -> list[Tensor]:
+    def _proposals(
+        self, anchors: list[Tensor], objectness: list[Tensor], deltas: list[Tensor], image_sizes
+    ) -> list[Tensor]:
         cfg, mode = self.cfg, 0 if self.training else 1
         scores, boxes, levels = [], [], []
         for level, (level_anchors, level_scores, level_deltas) in enumerate(zip(anchors, objectness, deltas)):
@@ -82,20 +103,28 @@ class RPN(nn.Module):
         proposals = []
         for image_scores, image_boxes, size in zip(scores, boxes, image_sizes):
             image_boxes = clip_boxes(image_boxes, size)
-            valid = nonempty_boxes(image_boxes, cfg.rpn_min_box_size) & torch.isfinite(image_boxes).all(1) & torch.isfinite(image_scores)
+            valid = (
+                nonempty_boxes(image_boxes, cfg.rpn_min_box_size)
+                & torch.isfinite(image_boxes).all(1)
+                & torch.isfinite(image_scores)
+            )
             image_boxes, image_scores, image_levels = image_boxes[valid], image_scores[valid], levels[valid]
             keep = batched_nms(image_boxes, image_scores, image_levels, cfg.rpn_nms_thresh, cfg.rpn_post_nms_topk[mode])
             proposals.append(image_boxes[keep])
         return proposals
 
-    def _losses(self, anchors: Tensor, objectness: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+    def _losses(
+        self, anchors: Tensor, objectness: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
         cfg = self.cfg
         labels, target_deltas = [], []
         for target in targets:
             gt_boxes = target["boxes"]
             matched, match_labels = self.matcher(box_iou(gt_boxes, anchors))
             match_labels = match_labels.long()
-            positive, negative = sample_labels(match_labels, cfg.rpn_batch_per_image, cfg.rpn_positive_fraction, background=0)
+            positive, negative = sample_labels(
+                match_labels, cfg.rpn_batch_per_image, cfg.rpn_positive_fraction, background=0
+            )
             sampled = torch.full_like(match_labels, -1)
             sampled[positive], sampled[negative] = 1, 0
             labels.append(sampled)
@@ -103,8 +132,12 @@ class RPN(nn.Module):
             target_deltas.append(self.box_coder.encode(anchors, matched_boxes))
         labels, target_deltas = torch.stack(labels), torch.stack(target_deltas)  # (B, A), (B, A, 4)
         positive, valid = labels == 1, labels >= 0
-        loss_loc = F.smooth_l1_loss(deltas[positive], target_deltas[positive], beta=cfg.rpn_smooth_l1_beta, reduction="sum")
-        loss_cls = F.binary_cross_entropy_with_logits(objectness[valid], labels[valid].to(objectness.dtype), reduction="sum")
+        loss_loc = F.smooth_l1_loss(
+            deltas[positive], target_deltas[positive], beta=cfg.rpn_smooth_l1_beta, reduction="sum"
+        )
+        loss_cls = F.binary_cross_entropy_with_logits(
+            objectness[valid], labels[valid].to(objectness.dtype), reduction="sum"
+        )
         if cfg.rpn_loss_normalizer == "batch":  # Detectron2: sampled-anchors budget of the batch
             normalizer = float(cfg.rpn_batch_per_image * len(targets))
         else:  # torchvision: anchors actually sampled
@@ -132,12 +165,18 @@ class RoIHeads(nn.Module):
             self.box_pooler = RoIPooler(14, *pool_args)
             width = cfg.width
             scale = frozen_residual_scale(cfg.depth)
-            self.res5 = make_stage(3, in_channels, width * 8, width * 32, 2, stride_in_1x1=cfg.stride_in_1x1, residual_scale=scale)
+            self.res5 = make_stage(
+                3, in_channels, width * 8, width * 32, 2, stride_in_1x1=cfg.stride_in_1x1, residual_scale=scale
+            )
             box_dim = mask_in = width * 32
         else:
             self.box_pooler = RoIPooler(7, *pool_args)
             self.box_head = nn.Sequential(
-                nn.Flatten(), nn.Linear(in_channels * 49, cfg.fc_dim), nn.ReLU(inplace=True), nn.Linear(cfg.fc_dim, cfg.fc_dim), nn.ReLU(inplace=True)
+                nn.Flatten(),
+                nn.Linear(in_channels * 49, cfg.fc_dim),
+                nn.ReLU(inplace=True),
+                nn.Linear(cfg.fc_dim, cfg.fc_dim),
+                nn.ReLU(inplace=True),
             )
             box_dim, mask_in = cfg.fc_dim, in_channels
         self.cls_score = nn.Linear(box_dim, cfg.num_classes + 1)
@@ -153,8 +192,14 @@ class RoIHeads(nn.Module):
             if not self.c4:  # the C4 mask head reuses the res5 box features (no extra pooling/convs)
                 self.mask_pooler = RoIPooler(14, *pool_args)
                 for i in range(4):
-                    layers += [nn.Conv2d(mask_in if i == 0 else MASK_CONV_DIM, MASK_CONV_DIM, 3, padding=1), nn.ReLU(inplace=True)]
-            layers += [nn.ConvTranspose2d(mask_in if self.c4 else MASK_CONV_DIM, MASK_CONV_DIM, 2, stride=2), nn.ReLU(inplace=True)]
+                    layers += [
+                        nn.Conv2d(mask_in if i == 0 else MASK_CONV_DIM, MASK_CONV_DIM, 3, padding=1),
+                        nn.ReLU(inplace=True),
+                    ]
+            layers += [
+                nn.ConvTranspose2d(mask_in if self.c4 else MASK_CONV_DIM, MASK_CONV_DIM, 2, stride=2),
+                nn.ReLU(inplace=True),
+            ]
             self.mask_head = nn.Sequential(*layers)
             self.mask_predictor = nn.Conv2d(MASK_CONV_DIM, num_box_classes, 1)
             for module in self.mask_head.modules():
@@ -173,7 +218,9 @@ class RoIHeads(nn.Module):
         hidden = box_features.mean(dim=(2, 3)) if self.c4 else self.box_head(box_features)
         return self.cls_score(hidden), self.bbox_pred(hidden)  # (R, K+1), (R, K'*4)
 
-    def _mask_logits(self, features: Sequence[Tensor], boxes: Sequence[Tensor], box_features: Tensor | None = None) -> Tensor:
+    def _mask_logits(
+        self, features: Sequence[Tensor], boxes: Sequence[Tensor], box_features: Tensor | None = None
+    ) -> Tensor:
         if self.c4:
             mask_features = box_features if box_features is not None else self._box_features(features, boxes)
         else:
@@ -202,7 +249,9 @@ class RoIHeads(nn.Module):
             matched, match_labels = self.proposal_matcher(box_iou(gt_boxes, boxes))
             image_classes = gt_labels[matched] if len(gt_labels) else torch.full_like(matched, self.background)
             image_classes = torch.where(match_labels == 0, self.background, image_classes)
-            positive, negative = sample_labels(image_classes, cfg.roi_batch_per_image, cfg.roi_positive_fraction, self.background)
+            positive, negative = sample_labels(
+                image_classes, cfg.roi_batch_per_image, cfg.roi_positive_fraction, self.background
+            )
             chosen = torch.cat((positive, negative))
             sampled_boxes.append(boxes[chosen])
             classes.append(image_classes[chosen])
@@ -253,7 +302,9 @@ class RoIHeads(nn.Module):
         decoded = self.box_coder.decode(deltas, torch.cat(proposals))
         first_fg = 1 if cfg.background_first else 0
         detections = []
-        for image_probs, image_boxes, size in zip(probs.split([len(p) for p in proposals]), decoded.split([len(p) for p in proposals]), image_sizes):
+        for image_probs, image_boxes, size in zip(
+            probs.split([len(p) for p in proposals]), decoded.split([len(p) for p in proposals]), image_sizes
+        ):
             scores = image_probs[:, 1:] if cfg.background_first else image_probs[:, :-1]  # (R, K)
             boxes = clip_boxes(image_boxes.view(image_boxes.shape[0], -1, 4)[:, first_fg:], size)  # (R, K, 4)
             rows, columns = torch.nonzero(scores > cfg.score_thresh).unbind(1)
@@ -268,5 +319,7 @@ class RoIHeads(nn.Module):
         logits = self._mask_logits(features, [d["boxes"] for d in detections])
         labels = torch.cat([d["labels"] for d in detections])
         probs = logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()  # (N, M, M)
-        for detection, image_probs, size in zip(detections, probs.split([len(d["boxes"]) for d in detections]), image_sizes):
+        for detection, image_probs, size in zip(
+            detections, probs.split([len(d["boxes"]) for d in detections]), image_sizes
+        ):
             detection["masks"] = paste_masks(image_probs, detection["boxes"], size)

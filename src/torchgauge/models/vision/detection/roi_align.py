@@ -10,7 +10,7 @@ assignment is Eq. 1 of Lin et al., "Feature Pyramid Networks" (2017).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,9 @@ PASTE_MAX_GRID_POINTS = 2**25
 _OUTSIDE = -10.0
 
 
-def _sample_bins(features: Tensor, rois: Tensor, output_size: tuple[int, int], grid: tuple[int, int], scale: float, aligned: bool) -> Tensor:
+def _sample_bins(
+    features: Tensor, rois: Tensor, output_size: tuple[int, int], grid: tuple[int, int], scale: float, aligned: bool
+) -> Tensor:
     """RoIAlign with the same sampling grid ``(gh, gw)`` per bin for every RoI; ``(K, C, ph, pw)``."""
     batch, channels, height, width = features.shape
     (ph, pw), (gh, gw) = output_size, grid
@@ -130,7 +132,9 @@ def roi_align(
     return output
 
 
-def assign_fpn_levels(boxes: Tensor, min_level: int, max_level: int, canonical_size: float = 224.0, canonical_level: int = 4) -> Tensor:
+def assign_fpn_levels(
+    boxes: Tensor, min_level: int, max_level: int, canonical_size: float = 224.0, canonical_level: int = 4
+) -> Tensor:
     """FPN level ``k = floor(k0 + log2(sqrt(area) / 224))`` of each box, clamped; 0-based from ``min_level``."""
     sizes = torch.sqrt((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]))
     levels = torch.floor(canonical_level + torch.log2(sizes / canonical_size + 1e-8))
@@ -191,6 +195,8 @@ def paste_masks(masks: Tensor, boxes: Tensor, image_size: tuple[int, int]) -> Te
     for start in range(0, num, chunk):
         part = slice(start, start + chunk)
         n = gy[part].shape[0]
-        grid = torch.stack((gx[part, None, :].expand(n, height, width), gy[part, :, None].expand(n, height, width)), dim=3)
+        grid = torch.stack(
+            (gx[part, None, :].expand(n, height, width), gy[part, :, None].expand(n, height, width)), dim=3
+        )
         pasted.append(F.grid_sample(masks[part, None], grid, mode="bilinear", align_corners=False))
     return torch.cat(pasted)

@@ -77,8 +77,9 @@ class _ResBlock(nn.Module):
         self.post_gain = 1 / n_layers**2
         self.id_path = _conv(n_in, n_out, 1) if n_in != n_out else nn.Identity()
         widths = (n_in, n_hid, n_hid, n_hid, n_out)
-        self.res_path = nn.Sequential(*(m for i, k in enumerate(kernels)
-                                        for m in (nn.ReLU(), _conv(widths[i], widths[i + 1], k))))
+        self.res_path = nn.Sequential(
+            *(m for i, k in enumerate(kernels) for m in (nn.ReLU(), _conv(widths[i], widths[i + 1], k)))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.id_path(x) + self.post_gain * self.res_path(x)
@@ -215,14 +216,19 @@ def _create_dalle_dvae(ctx: BuildContext, **kwargs) -> Workload:
     return DVAEWorkload(ctx, model, (images,), optimizer=opt, kl_weight=cfg.kl_weight)
 
 
-@register_model(domain="vision", task="image_tokenizer", batch_size=(8, 8), tags=("vae", "generation"),
-                source="Ramesh et al., Zero-Shot Text-to-Image Generation (DALL-E), ICML 2021; openai/DALL-E dVAE",
-                param_count=97_616_006,  # encoder 53,786,240 + decoder 43,829,766, from the released architecture
-                unsupported_precisions=("fp16",),
-                notes="Synthetic 256x256 images. Gumbel-softmax temperature 1/16 and KL weight 6.6: the end "
-                      "points of the paper's annealing schedules. "
-                      "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
-                      "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.")
+@register_model(
+    domain="vision",
+    task="image_tokenizer",
+    batch_size=(8, 8),
+    tags=("vae", "generation"),
+    source="Ramesh et al., Zero-Shot Text-to-Image Generation (DALL-E), ICML 2021; openai/DALL-E dVAE",
+    param_count=97_616_006,  # encoder 53,786,240 + decoder 43,829,766, from the released architecture
+    unsupported_precisions=("fp16",),
+    notes="Synthetic 256x256 images. Gumbel-softmax temperature 1/16 and KL weight 6.6: the end "
+    "points of the paper's annealing schedules. "
+    "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
+    "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.",
+)
 def dalle_dvae(ctx: BuildContext, **kwargs) -> Workload:
     """DALL-E dVAE (8192 codes, 32x32 tokens from 256x256), logit-Laplace ELBO with Gumbel-softmax."""
     return _create_dalle_dvae(ctx, **kwargs)

@@ -6,7 +6,7 @@ only in the axes they sum over, which the caller passes.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -150,8 +150,13 @@ class AffineCoupling(nn.Module):
 
     def __init__(self, channels: int, hidden: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(channels // 2, hidden, 3, padding=1), nn.ReLU(),
-                                 nn.Conv2d(hidden, hidden, 1), nn.ReLU(), ZeroConv2d(hidden, channels))
+        self.net = nn.Sequential(
+            nn.Conv2d(channels // 2, hidden, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(hidden, hidden, 1),
+            nn.ReLU(),
+            ZeroConv2d(hidden, channels),
+        )
 
     def _scale_shift(self, x1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         s, t = self.net(x1).chunk(2, dim=1)
@@ -254,8 +259,15 @@ class Glow(nn.Module):
 class GlowWorkload(Workload):
     """Train: NLL in bits/dim of dequantised images; eval: samples at the configured temperature."""
 
-    def __init__(self, ctx: BuildContext, module: Glow, images: torch.Tensor, *,
-                 generator: torch.Generator, optimizer: torch.optim.Optimizer | None) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        module: Glow,
+        images: torch.Tensor,
+        *,
+        generator: torch.Generator,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
         super().__init__(ctx, module, (images,), optimizer=optimizer)
         self.generator = generator  # dequantisation (train) and prior (eval) noise, seeded
 
@@ -263,8 +275,10 @@ class GlowWorkload(Workload):
         (images,) = self.inputs
         cfg = self.module.cfg
         if not self.ctx.train:
-            noise = [torch.randn(shape, generator=self.generator, device=images.device).to(images.dtype)
-                     for shape in self.module.latent_shapes(images.size(0))]
+            noise = [
+                torch.randn(shape, generator=self.generator, device=images.device).to(images.dtype)
+                for shape in self.module.latent_shapes(images.size(0))
+            ]
             return self.module.reverse(noise, cfg.temperature) + 0.5
         u = torch.rand(images.shape, generator=self.generator, device=images.device).to(images.dtype)
         return self.module(images - 0.5 + u / cfg.n_bins)
@@ -291,10 +305,16 @@ def _create_glow(ctx: BuildContext, **kwargs) -> Workload:
     return GlowWorkload(ctx, model, images, generator=generator, optimizer=opt)
 
 
-@register_model(domain="vision", task="image_generation", batch_size=(64, 64), param_count=44_053_968,
-                tags=("normalizing_flow",), source="Kingma & Dhariwal 2018, Glow; openai/glow (CIFAR-10 configuration)",
-                notes="param_count: L and U of the 1x1 convs stored as full matrices (masked), 99,456 of them "
-                      "inert (43,954,512 free); eval = sampling at temperature 0.7 (the flow in reverse)")
+@register_model(
+    domain="vision",
+    task="image_generation",
+    batch_size=(64, 64),
+    param_count=44_053_968,
+    tags=("normalizing_flow",),
+    source="Kingma & Dhariwal 2018, Glow; openai/glow (CIFAR-10 configuration)",
+    notes="param_count: L and U of the 1x1 convs stored as full matrices (masked), 99,456 of them "
+    "inert (43,954,512 free); eval = sampling at temperature 0.7 (the flow in reverse)",
+)
 def glow(ctx: BuildContext, **kwargs) -> Workload:
     """Glow on 32x32x3 (L=3, K=32, width 512, LU 1x1 convs, affine coupling), NLL in bits/dim."""
     return _create_glow(ctx, **kwargs)

@@ -184,20 +184,29 @@ def _create_neural_style(ctx: BuildContext, **kwargs) -> Workload:
     return NeuralStyleWorkload(ctx, model, optimizer=opt)
 
 
-_SOURCE = ("Gatys, Ecker & Bethge, Image Style Transfer Using CNNs, CVPR 2016; "
-           "PyTorch Neural Transfer tutorial; jcjohnson/neural-style")
+_SOURCE = (
+    "Gatys, Ecker & Bethge, Image Style Transfer Using CNNs, CVPR 2016; "
+    "PyTorch Neural Transfer tutorial; jcjohnson/neural-style"
+)
 
 
-@register_model(domain="vision", task="style_transfer", source=_SOURCE, batch_size=1, modes=("train",),
-                tags=("generation", "lbfgs"),
-                # torchvision vgg19.features (20,024,384) less conv5_2..conv5_4 (3 x 2,359,808),
-                # plus the 3 x 512 x 512 optimised pixels.
-                param_count=13_731_392, unsupported_precisions=("fp16",),
-                notes="Random VGG-19 weights, synthetic content/style images. One step = one LBFGS step "
-                      "(max_iter 20, up to 20 forward/backward passes). Train only: the method has no "
-                      "inference path. fp16: the 1e6-weighted style loss overflows fp16 (NaN at the first "
-                      "step). amp: autocast without loss scaling (GradScaler cannot drive a closure-based "
-                      "LBFGS); the optimised image stays fp32.")
+@register_model(
+    domain="vision",
+    task="style_transfer",
+    source=_SOURCE,
+    batch_size=1,
+    modes=("train",),
+    tags=("generation", "lbfgs"),
+    # torchvision vgg19.features (20,024,384) less conv5_2..conv5_4 (3 x 2,359,808),
+    # plus the 3 x 512 x 512 optimised pixels.
+    param_count=13_731_392,
+    unsupported_precisions=("fp16",),
+    notes="Random VGG-19 weights, synthetic content/style images. One step = one LBFGS step "
+    "(max_iter 20, up to 20 forward/backward passes). Train only: the method has no "
+    "inference path. fp16: the 1e6-weighted style loss overflows fp16 (NaN at the first "
+    "step). amp: autocast without loss scaling (GradScaler cannot drive a closure-based "
+    "LBFGS); the optimised image stays fp32.",
+)
 def neural_style(ctx: BuildContext, **kwargs) -> Workload:
     """Gatys style transfer, 512x512, VGG-19 conv4_2 content / conv1_1..conv5_1 style, LBFGS."""
     return _create_neural_style(ctx, **kwargs)

@@ -75,8 +75,9 @@ class SelfAttention(nn.Module):
 
 
 def _up(in_ch: int, out_ch: int, kernel: int = 4, stride: int = 2, padding: int = 1) -> nn.Sequential:
-    return nn.Sequential(spectral_norm(nn.ConvTranspose2d(in_ch, out_ch, kernel, stride, padding)),
-                         nn.BatchNorm2d(out_ch), nn.ReLU())
+    return nn.Sequential(
+        spectral_norm(nn.ConvTranspose2d(in_ch, out_ch, kernel, stride, padding)), nn.BatchNorm2d(out_ch), nn.ReLU()
+    )
 
 
 def _down(in_ch: int, out_ch: int) -> nn.Sequential:
@@ -121,8 +122,16 @@ class SAGANDiscriminator(nn.Sequential):
 class SAGANWorkload(AdversarialWorkload):
     """Train: one hinge-loss D update, then one G update (TTUR); eval: ``G(z)``."""
 
-    def __init__(self, ctx: BuildContext, generator: nn.Module, discriminator: nn.Module, inputs: tuple,
-                 targets: Any, *, cfg: SAGANConfig) -> None:
+    def __init__(
+        self,
+        ctx: BuildContext,
+        generator: nn.Module,
+        discriminator: nn.Module,
+        inputs: tuple,
+        targets: Any,
+        *,
+        cfg: SAGANConfig,
+    ) -> None:
         super().__init__(ctx, generator, discriminator, inputs, targets, cfg=cfg, lr=cfg.g_lr, betas=cfg.betas)
         if ctx.train:  # the base class gives both networks one learning rate; TTUR gives D its own
             self.optimizer_d = torch.optim.Adam(discriminator.parameters(), lr=cfg.d_lr, betas=cfg.betas)
@@ -164,8 +173,8 @@ def _create_sagan(ctx: BuildContext, **kwargs: Any) -> Workload:
     param_count=7_008_184,  # G 3,832,885 + D 3,175,299, from the reference layer sizes (z_dim 128)
     unsupported_precisions=("fp16",),
     notes="Spectral norm (torch.nn.utils.parametrizations) on every convolution; TTUR Adam. Synthetic 64x64 "
-          "images in [-1, 1]. fp16 unsupported: pure-fp16 training turns the parameters NaN within a few "
-          "steps (Adam in fp16, no loss scaling); fp16 eval, bf16 and amp run finite.",
+    "images in [-1, 1]. fp16 unsupported: pure-fp16 training turns the parameters NaN within a few "
+    "steps (Adam in fp16, no loss scaling); fp16 eval, bf16 and amp run finite.",
 )
 def sagan(ctx: BuildContext, **kwargs: Any) -> Workload:
     """SAGAN at 64x64 (z 128, 64 base filters), hinge loss, one D and one G update per step."""

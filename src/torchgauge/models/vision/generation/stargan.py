@@ -153,8 +153,14 @@ def _create_stargan(ctx: BuildContext, **kwargs: Any) -> Workload:
     label_trg = ctx.randint(0, 2, (b, c)).float()
     targets = (ctx.randint(0, 2, (b, c)).float(), ctx.rand(b, 1, 1, 1)) if ctx.train else None
     return StarGANWorkload(
-        ctx, StarGANGenerator(cfg), StarGANDiscriminator(cfg), (x_real, label_trg), targets,
-        cfg=cfg, lr=1e-4, betas=(0.5, 0.999),
+        ctx,
+        StarGANGenerator(cfg),
+        StarGANDiscriminator(cfg),
+        (x_real, label_trg),
+        targets,
+        cfg=cfg,
+        lr=1e-4,
+        betas=(0.5, 0.999),
     )
 
 

@@ -10,7 +10,8 @@ loss (Dice without background + cross-entropy) / 2, SGD with momentum 0.9.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -57,9 +57,14 @@ class ResidualStack(nn.Sequential):
     """``num_layers`` x ``x + Conv1x1(ReLU(Conv3x3(ReLU(x))))``, then ReLU; shape-preserving."""
 
     def __init__(self, channels: int, hidden: int, num_layers: int) -> None:
-        super().__init__(*(nn.Sequential(nn.ReLU(), nn.Conv2d(channels, hidden, 3, padding=1),
-                                         nn.ReLU(), nn.Conv2d(hidden, channels, 1))
-                           for _ in range(num_layers)))
+        super().__init__(
+            *(
+                nn.Sequential(
+                    nn.ReLU(), nn.Conv2d(channels, hidden, 3, padding=1), nn.ReLU(), nn.Conv2d(hidden, channels, 1)
+                )
+                for _ in range(num_layers)
+            )
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self:
@@ -75,8 +80,9 @@ class VectorQuantizerEMA(nn.Module):
     ``e_k = m_k / N~_k`` with ``N~ = (N + eps) / (n + K eps) n`` (Laplace smoothing, ``n = sum N``).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, commitment_cost: float,
-                 decay: float, epsilon: float) -> None:
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, commitment_cost: float, decay: float, epsilon: float
+    ) -> None:
         super().__init__()
         self.commitment_cost, self.decay, self.epsilon = commitment_cost, decay, epsilon
         # Sonnet's initializer: VarianceScaling(distribution="uniform"), fan-in D: U(-sqrt(3/D), sqrt(3/D))
@@ -98,7 +104,7 @@ class VectorQuantizerEMA(nn.Module):
         flat = flat.to(self.embeddings.dtype)
         encodings = F.one_hot(indices, self.embeddings.shape[0]).to(flat.dtype)  # (B H W, K)
         self.counter += 1
-        debias = 1 - self.decay ** self.counter  # a tensor: no host sync
+        debias = 1 - self.decay**self.counter  # a tensor: no host sync
         # hidden <- hidden - (hidden - value) (1 - decay), average = hidden / (1 - decay^t)
         self.hidden_cluster_size.lerp_(encodings.sum(0), 1 - self.decay)
         with torch.autocast(flat.device.type, enabled=False):
@@ -130,18 +136,22 @@ class VQVAE(nn.Module):
         super().__init__()
         h, rh, layers = cfg.num_hiddens, cfg.num_residual_hiddens, cfg.num_residual_layers
         self.encoder = nn.Sequential(
-            nn.Conv2d(cfg.channels, h // 2, 4, stride=2, padding=1), nn.ReLU(),  # (B, h/2, S/2, S/2)
-            nn.Conv2d(h // 2, h, 4, stride=2, padding=1), nn.ReLU(),  # (B, h, S/4, S/4)
+            nn.Conv2d(cfg.channels, h // 2, 4, stride=2, padding=1),
+            nn.ReLU(),  # (B, h/2, S/2, S/2)
+            nn.Conv2d(h // 2, h, 4, stride=2, padding=1),
+            nn.ReLU(),  # (B, h, S/4, S/4)
             nn.Conv2d(h, h, 3, padding=1),
             ResidualStack(h, rh, layers),
         )
         self.pre_vq = nn.Conv2d(h, cfg.embedding_dim, 1)  # (B, D, S/4, S/4)
-        self.quantizer = VectorQuantizerEMA(cfg.num_embeddings, cfg.embedding_dim, cfg.commitment_cost,
-                                            cfg.decay, cfg.epsilon)
+        self.quantizer = VectorQuantizerEMA(
+            cfg.num_embeddings, cfg.embedding_dim, cfg.commitment_cost, cfg.decay, cfg.epsilon
+        )
         self.decoder = nn.Sequential(
             nn.Conv2d(cfg.embedding_dim, h, 3, padding=1),
             ResidualStack(h, rh, layers),
-            nn.ConvTranspose2d(h, h // 2, 4, stride=2, padding=1), nn.ReLU(),  # (B, h/2, S/2, S/2)
+            nn.ConvTranspose2d(h, h // 2, 4, stride=2, padding=1),
+            nn.ReLU(),  # (B, h/2, S/2, S/2)
             nn.ConvTranspose2d(h // 2, cfg.channels, 4, stride=2, padding=1),  # (B, C, S, S)
         )
 
@@ -160,8 +170,11 @@ class VQVAEWorkload(Workload):
 
 
 def _create_vq_vae(ctx: BuildContext, **kwargs) -> Workload:
-    smoke = dict(num_hiddens=16, num_residual_hiddens=8, embedding_dim=8, num_embeddings=32,
-                 image_size=16) if ctx.smoke else {}
+    smoke = (
+        dict(num_hiddens=16, num_residual_hiddens=8, embedding_dim=8, num_embeddings=32, image_size=16)
+        if ctx.smoke
+        else {}
+    )
     cfg = replace(VQVAEConfig(), **{**smoke, **kwargs})
     images = ctx.rand(ctx.batch_size, cfg.channels, cfg.image_size, cfg.image_size) - 0.5  # [-0.5, 0.5)
     model = VQVAE(cfg)
@@ -169,16 +182,21 @@ def _create_vq_vae(ctx: BuildContext, **kwargs) -> Workload:
     return VQVAEWorkload(ctx, model, (images,), optimizer=opt)
 
 
-@register_model(domain="vision", task="image_generation", batch_size=(32, 32), tags=("vae", "vector_quantization"),
-                source="van den Oord et al., Neural Discrete Representation Learning (VQ-VAE), NeurIPS 2017; "
-                       "deepmind/sonnet vqvae_example (VectorQuantizerEMA)",
-                # encoder 364,160 + pre-VQ 8,256 + decoder 290,307; the 512 x 64 codebook is an EMA buffer
-                param_count=662_723,
-                unsupported_precisions=("fp16",),
-                notes="Synthetic 32x32 images in [-0.5, 0.5]. The codebook is updated by EMA inside the "
-                      "training forward, not by the optimizer. "
-                      "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
-                      "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.")
+@register_model(
+    domain="vision",
+    task="image_generation",
+    batch_size=(32, 32),
+    tags=("vae", "vector_quantization"),
+    source="van den Oord et al., Neural Discrete Representation Learning (VQ-VAE), NeurIPS 2017; "
+    "deepmind/sonnet vqvae_example (VectorQuantizerEMA)",
+    # encoder 364,160 + pre-VQ 8,256 + decoder 290,307; the 512 x 64 codebook is an EMA buffer
+    param_count=662_723,
+    unsupported_precisions=("fp16",),
+    notes="Synthetic 32x32 images in [-0.5, 0.5]. The codebook is updated by EMA inside the "
+    "training forward, not by the optimizer. "
+    "fp16 unsupported: pure-fp16 training turns the parameters NaN within a few steps (Adam in "
+    "fp16, no loss scaling); fp16 eval, bf16 and amp run finite.",
+)
 def vq_vae(ctx: BuildContext, **kwargs) -> Workload:
     """VQ-VAE (128 hiddens, 512 x 64 EMA codebook) on 32x32 images, as Sonnet's example."""
     return _create_vq_vae(ctx, **kwargs)

@@ -38,7 +38,6 @@ independently permuted. Written from the paper and the description above; no cod
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, replace
 
@@ -122,8 +121,10 @@ class MultiHeadedAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         b = query.size(0)
-        q, k, v = [lin(x).view(b, -1, self.h, self.d_k).transpose(1, 2).contiguous()
-                   for lin, x in zip(self.linears, (query, key, value))]  # (B, h, N, d_k)
+        q, k, v = [
+            lin(x).view(b, -1, self.h, self.d_k).transpose(1, 2).contiguous()
+            for lin, x in zip(self.linears, (query, key, value))
+        ]  # (B, h, N, d_k)
         scores = torch.matmul(q, k.transpose(-2, -1).contiguous()) / math.sqrt(self.d_k)
         x = torch.matmul(F.softmax(scores, dim=-1), v)
         x = x.transpose(1, 2).contiguous().view(b, -1, self.h * self.d_k)
@@ -201,8 +202,9 @@ class SVDHead(nn.Module):
         reflect[2, 2] = -1
         self.register_buffer("reflect", reflect)
 
-    def forward(self, src_emb: torch.Tensor, tgt_emb: torch.Tensor, src: torch.Tensor,
-                tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, src_emb: torch.Tensor, tgt_emb: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         b, d_k = src.size(0), src_emb.size(1)
         scores = torch.matmul(src_emb.transpose(2, 1).contiguous(), tgt_emb) / math.sqrt(d_k)  # (B, N, M)
         scores = torch.softmax(scores, dim=2)
@@ -250,8 +252,9 @@ class DCP(nn.Module):
         return r_ab, t_ab, r_ba, t_ba
 
 
-def dcp_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, torch.Tensor],
-             cycle: bool = True) -> torch.Tensor:
+def dcp_loss(
+    outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, torch.Tensor], cycle: bool = True
+) -> torch.Tensor:
     """The reference's pose loss (+ 0.1 x cycle loss): ``mse(R^T R_gt, I) + mse(t, t_gt)``."""
     r_ab, t_ab, r_ba, t_ba = outputs
     r_gt, t_gt = targets
@@ -260,8 +263,9 @@ def dcp_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tensor, tor
     loss = F.mse_loss(torch.matmul(r_ab.transpose(2, 1), r_gt), identity) + F.mse_loss(t_ab, t_gt)
     if cycle:
         rotation_loss = F.mse_loss(torch.matmul(r_ba, r_ab), identity)
-        translation_loss = torch.mean((torch.matmul(r_ba.transpose(2, 1), t_ab.view(b, 3, 1)).view(b, 3) + t_ba) ** 2,
-                                      dim=[0, 1])
+        translation_loss = torch.mean(
+            (torch.matmul(r_ba.transpose(2, 1), t_ab.view(b, 3, 1)).view(b, 3) + t_ba) ** 2, dim=[0, 1]
+        )
         loss = loss + CYCLE_WEIGHT * (rotation_loss + translation_loss)
     return loss
 
@@ -296,13 +300,18 @@ def _create_dcp(ctx: BuildContext, **kwargs) -> Workload:
     return DCPWorkload(ctx, model, (src, tgt), (rotation, translation), optimizer=opt)
 
 
-@register_model(domain="vision", task="point_cloud_registration", batch_size=(32, 10), tags=("point_cloud", "linalg"),
-                source="Wang & Solomon, Deep Closest Point, ICCV 2019; github.com/WangYueFDU/dcp (DCP-v2)",
-                param_count=5_568_896,  # counted from the reference's DCP-v2 with default args
-                unsupported_precisions=("fp16", "bf16", "amp"),
-                notes="fp16/bf16/amp unsupported: torch.linalg.svd and torch.linalg.det have no half-precision "
-                      "kernels (under CPU autocast the det's LU fails in bf16). Batch = pairs of 1024-point clouds. The SVD head loops over the batch with a "
-                      "data-dependent reflection branch (a device sync per sample), as the reference.")
+@register_model(
+    domain="vision",
+    task="point_cloud_registration",
+    batch_size=(32, 10),
+    tags=("point_cloud", "linalg"),
+    source="Wang & Solomon, Deep Closest Point, ICCV 2019; github.com/WangYueFDU/dcp (DCP-v2)",
+    param_count=5_568_896,  # counted from the reference's DCP-v2 with default args
+    unsupported_precisions=("fp16", "bf16", "amp"),
+    notes="fp16/bf16/amp unsupported: torch.linalg.svd and torch.linalg.det have no half-precision "
+    "kernels (under CPU autocast the det's LU fails in bf16). Batch = pairs of 1024-point clouds. The SVD head loops over the batch with a "
+    "data-dependent reflection branch (a device sync per sample), as the reference.",
+)
 def deep_closest_point(ctx: BuildContext, **kwargs) -> Workload:
     """DCP-v2 (DGCNN + Transformer + SVD head), ModelNet40-style rigid pairs, cycle loss on."""
     return _create_dcp(ctx, **kwargs)

@@ -92,16 +92,26 @@ class DGCNNClassifier(nn.Module):
         self.edge_convs = nn.ModuleList()
         last = 3
         for width in cfg.edge_widths:
-            self.edge_convs.append(nn.Sequential(
-                nn.Conv2d(2 * last, width, kernel_size=1, bias=False), nn.BatchNorm2d(width), nn.LeakyReLU(0.2)))
+            self.edge_convs.append(
+                nn.Sequential(
+                    nn.Conv2d(2 * last, width, kernel_size=1, bias=False), nn.BatchNorm2d(width), nn.LeakyReLU(0.2)
+                )
+            )
             last = width
-        self.embed = nn.Sequential(nn.Conv1d(sum(cfg.edge_widths), cfg.emb_dims, kernel_size=1, bias=False),
-                                   nn.BatchNorm1d(cfg.emb_dims), nn.LeakyReLU(0.2))
+        self.embed = nn.Sequential(
+            nn.Conv1d(sum(cfg.edge_widths), cfg.emb_dims, kernel_size=1, bias=False),
+            nn.BatchNorm1d(cfg.emb_dims),
+            nn.LeakyReLU(0.2),
+        )
         layers, last = [], 2 * cfg.emb_dims  # max and average pooled
         for i, width in enumerate(cfg.head):
             # the reference's first head layer has no bias (BatchNorm follows); the second keeps it
-            layers += [nn.Linear(last, width, bias=i > 0), nn.BatchNorm1d(width), nn.LeakyReLU(0.2),
-                       nn.Dropout(cfg.dropout)]
+            layers += [
+                nn.Linear(last, width, bias=i > 0),
+                nn.BatchNorm1d(width),
+                nn.LeakyReLU(0.2),
+                nn.Dropout(cfg.dropout),
+            ]
             last = width
         self.head = nn.Sequential(*layers, nn.Linear(last, cfg.num_classes))
 
@@ -129,11 +139,16 @@ def _create_dgcnn(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (xyz,), labels, loss_fn=smoothed_cross_entropy, optimizer=opt)
 
 
-@register_model(domain="vision", task="point_cloud_classification", batch_size=(32, 16), tags=("point_cloud",),
-                source="Wang et al., Dynamic Graph CNN for Learning on Point Clouds, TOG 2019; "
-                       "github.com/antao97/dgcnn.pytorch DGCNN_cls",
-                param_count=1_809_576,  # counted from the reference's DGCNN_cls(emb_dims=1024, k=20), 40 classes
-                notes="Batch = clouds of 1024 points; the k-NN graph is recomputed in each EdgeConv layer.")
+@register_model(
+    domain="vision",
+    task="point_cloud_classification",
+    batch_size=(32, 16),
+    tags=("point_cloud",),
+    source="Wang et al., Dynamic Graph CNN for Learning on Point Clouds, TOG 2019; "
+    "github.com/antao97/dgcnn.pytorch DGCNN_cls",
+    param_count=1_809_576,  # counted from the reference's DGCNN_cls(emb_dims=1024, k=20), 40 classes
+    notes="Batch = clouds of 1024 points; the k-NN graph is recomputed in each EdgeConv layer.",
+)
 def dgcnn_cls(ctx: BuildContext, **kwargs) -> Workload:
     """DGCNN classifier, ModelNet40, 1024 points, k = 20, embedding 1024."""
     return _create_dgcnn(ctx, **kwargs)

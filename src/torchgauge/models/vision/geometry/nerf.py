@@ -38,8 +38,8 @@ copied.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -97,7 +97,8 @@ class NeRFMLP(nn.Module):
         self.input_ch, self.input_ch_views, self.skips = input_ch, input_ch_views, skips
         self.pts_linears = nn.ModuleList(
             [nn.Linear(input_ch, width)]
-            + [nn.Linear(width + input_ch if i in skips else width, width) for i in range(depth - 1)])
+            + [nn.Linear(width + input_ch if i in skips else width, width) for i in range(depth - 1)]
+        )
         self.views_linears = nn.ModuleList([nn.Linear(input_ch_views + width, width // 2)])
         self.feature_linear = nn.Linear(width, width)
         self.alpha_linear = nn.Linear(width, 1)
@@ -117,8 +118,9 @@ class NeRFMLP(nn.Module):
         return torch.cat([self.rgb_linear(h), alpha], -1)
 
 
-def raw2outputs(raw: torch.Tensor, z_vals: torch.Tensor, rays_d: torch.Tensor, raw_noise_std: float = 0.0,
-                white_bkgd: bool = False) -> tuple[torch.Tensor, ...]:
+def raw2outputs(
+    raw: torch.Tensor, z_vals: torch.Tensor, rays_d: torch.Tensor, raw_noise_std: float = 0.0, white_bkgd: bool = False
+) -> tuple[torch.Tensor, ...]:
     """Volume rendering of ``raw (R, S, 4)`` at depths ``z_vals (R, S)``: rgb ``(R, 3)``, disp, acc, weights ``(R, S)``, depth."""
     dists = z_vals[..., 1:] - z_vals[..., :-1]
     dists = torch.cat([dists, torch.full_like(dists[..., :1], LAST_INTERVAL)], -1)
@@ -183,7 +185,7 @@ class NeRFRenderer(nn.Module):
         dirs_flat = torch.reshape(viewdirs[:, None].expand(pts.shape), [-1, 3])
         embedded = torch.cat([self.embed_fn(pts_flat), self.embeddirs_fn(dirs_flat)], -1)
         chunk = self.cfg.netchunk
-        out = torch.cat([fn(embedded[i:i + chunk]) for i in range(0, embedded.shape[0], chunk)], 0)
+        out = torch.cat([fn(embedded[i : i + chunk]) for i in range(0, embedded.shape[0], chunk)], 0)
         return torch.reshape(out, list(pts.shape[:-1]) + [out.shape[-1]])
 
     def render_rays(self, ray_batch: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -211,8 +213,15 @@ class NeRFRenderer(nn.Module):
         pts = rays_o[..., None, :] + rays_d[..., None, :] * z_vals[..., :, None]  # (R, S + I, 3)
         raw = self.run_network(pts, viewdirs, self.network_fine)
         rgb, disp, acc, _, _ = raw2outputs(raw, z_vals, rays_d, noise, cfg.white_bkgd)
-        return {"rgb_map": rgb, "disp_map": disp, "acc_map": acc, "rgb0": rgb_0, "disp0": disp_0, "acc0": acc_0,
-                "z_std": torch.std(z_samples, dim=-1, unbiased=False)}
+        return {
+            "rgb_map": rgb,
+            "disp_map": disp,
+            "acc_map": acc,
+            "rgb0": rgb_0,
+            "disp0": disp_0,
+            "acc0": acc_0,
+            "z_std": torch.std(z_samples, dim=-1, unbiased=False),
+        }
 
     def forward(self, rays_o: torch.Tensor, rays_d: torch.Tensor) -> dict[str, torch.Tensor]:
         viewdirs = rays_d / torch.norm(rays_d, dim=-1, keepdim=True)
@@ -221,7 +230,7 @@ class NeRFRenderer(nn.Module):
         rays = torch.cat([rays_o, rays_d, near, far, viewdirs], -1)  # (R, 11)
         chunks: dict[str, list[torch.Tensor]] = {}
         for i in range(0, rays.shape[0], self.cfg.chunk):
-            for key, value in self.render_rays(rays[i:i + self.cfg.chunk]).items():
+            for key, value in self.render_rays(rays[i : i + self.cfg.chunk]).items():
                 chunks.setdefault(key, []).append(value)
         return {key: torch.cat(values, 0) for key, values in chunks.items()}
 
@@ -246,7 +255,8 @@ def camera_rays(ctx: BuildContext, n_rays: int, cfg: NeRFConfig) -> tuple[torch.
     focal = 0.5 * size / math.tan(0.5 * cfg.camera_angle_x)
     azimuth, elevation = (ctx.rand(2) * torch.tensor([2 * math.pi, math.pi / 3], device=ctx.device)).unbind()
     position = cfg.camera_radius * torch.stack(
-        [elevation.cos() * azimuth.cos(), elevation.cos() * azimuth.sin(), elevation.sin()])
+        [elevation.cos() * azimuth.cos(), elevation.cos() * azimuth.sin(), elevation.sin()]
+    )
     back = position / position.norm()  # camera +z points away from the scene
     right = torch.linalg.cross(torch.tensor([0.0, 0.0, 1.0], device=ctx.device), back)
     right = right / right.norm()
@@ -272,13 +282,18 @@ def _create_nerf(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (rays_o, rays_d), target, loss_fn=nerf_loss, optimizer=opt)
 
 
-@register_model(domain="vision", task="neural_rendering", batch_size=(1024, 4096), tags=("nerf", "rendering"),
-                source="Mildenhall et al., NeRF, ECCV 2020; github.com/yenchenlin/nerf-pytorch (lego config)",
-                param_count=1_191_688,  # coarse + fine NeRF(D=8, W=256, use_viewdirs=True), counted from the reference
-                unsupported_precisions=("fp16",),
-                notes="fp16 unsupported: the reference's 1e10 length of the last sample interval overflows "
-                      "float16. Batch = rays (train 1024 as N_rand; eval renders 4096 rays, chunked by 32768). "
-                      "64 coarse + 128 fine samples per ray.")
+@register_model(
+    domain="vision",
+    task="neural_rendering",
+    batch_size=(1024, 4096),
+    tags=("nerf", "rendering"),
+    source="Mildenhall et al., NeRF, ECCV 2020; github.com/yenchenlin/nerf-pytorch (lego config)",
+    param_count=1_191_688,  # coarse + fine NeRF(D=8, W=256, use_viewdirs=True), counted from the reference
+    unsupported_precisions=("fp16",),
+    notes="fp16 unsupported: the reference's 1e10 length of the last sample interval overflows "
+    "float16. Batch = rays (train 1024 as N_rand; eval renders 4096 rays, chunked by 32768). "
+    "64 coarse + 128 fine samples per ray.",
+)
 def nerf(ctx: BuildContext, **kwargs) -> Workload:
     """NeRF (coarse + fine 8x256 MLPs, hierarchical sampling), Blender-scene settings."""
     return _create_nerf(ctx, **kwargs)

@@ -112,8 +112,9 @@ class SetAbstraction(nn.Module):
     ``npoint=None`` is the group-all level: one group of every point, around the origin.
     """
 
-    def __init__(self, npoint: int | None, radius: float | None, nsample: int | None, in_channels: int,
-                 mlp: tuple[int, ...]) -> None:
+    def __init__(
+        self, npoint: int | None, radius: float | None, nsample: int | None, in_channels: int, mlp: tuple[int, ...]
+    ) -> None:
         super().__init__()
         self.npoint, self.radius, self.nsample = npoint, radius, nsample
         self.convs = nn.ModuleList()
@@ -173,8 +174,9 @@ class PointNet2SSG(nn.Module):
         return F.log_softmax(self.head(x), -1)
 
 
-_SMOKE = dict(num_points=64, npoints=(16, 8), nsamples=(8, 8),
-              mlps=((8, 8, 16), (16, 16, 32), (32, 32, 64)), head=(32, 16))
+_SMOKE = dict(
+    num_points=64, npoints=(16, 8), nsamples=(8, 8), mlps=((8, 8, 16), (16, 16, 32), (32, 32, 64)), head=(32, 16)
+)
 
 
 def _create_pointnet2(ctx: BuildContext, **kwargs) -> Workload:
@@ -188,15 +190,19 @@ def _create_pointnet2(ctx: BuildContext, **kwargs) -> Workload:
     return Workload(ctx, model, (xyz,), labels, loss_fn=F.nll_loss, optimizer=opt)
 
 
-@register_model(domain="vision", task="point_cloud_classification", batch_size=(24, 24), tags=("point_cloud",),
-                source="Qi et al., PointNet++, NeurIPS 2017; github.com/yanx27/Pointnet_Pointnet2_pytorch "
-                       "pointnet2_cls_ssg.py",
-                param_count=1_475_688,  # counted from the reference's get_model(40, normal_channel=False)
-                unsupported_precisions=("fp16",),
-                notes="fp16 unsupported: in pure float16 Adam's second moment g^2 underflows to 0 for the "
-                      "first layer's small gradients (and eps 1e-8 rounds to 0), so the first step divides by "
-                      "zero and the weights become inf/NaN. Farthest point sampling is the reference's Python loop (512 + 128 iterations per step). "
-                      "Batch = clouds of 1024 points.")
+@register_model(
+    domain="vision",
+    task="point_cloud_classification",
+    batch_size=(24, 24),
+    tags=("point_cloud",),
+    source="Qi et al., PointNet++, NeurIPS 2017; github.com/yanx27/Pointnet_Pointnet2_pytorch pointnet2_cls_ssg.py",
+    param_count=1_475_688,  # counted from the reference's get_model(40, normal_channel=False)
+    unsupported_precisions=("fp16",),
+    notes="fp16 unsupported: in pure float16 Adam's second moment g^2 underflows to 0 for the "
+    "first layer's small gradients (and eps 1e-8 rounds to 0), so the first step divides by "
+    "zero and the weights become inf/NaN. Farthest point sampling is the reference's Python loop (512 + 128 iterations per step). "
+    "Batch = clouds of 1024 points.",
+)
 def pointnet2_ssg_cls(ctx: BuildContext, **kwargs) -> Workload:
     """PointNet++ SSG classifier, ModelNet40 (40 classes), 1024 xyz points per cloud."""
     return _create_pointnet2(ctx, **kwargs)

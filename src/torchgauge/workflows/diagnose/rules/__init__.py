@@ -21,16 +21,16 @@ Rules, one module per family:
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ....harness.events import ProfileTrace
-from .context import CallLines, Callers, TraceContext
+from . import thresholds
+from .context import Callers, CallLines, TraceContext
 from .exceptions import rule_exception
 from .findings import Finding
 from .idle_gaps import rule_idle_gap
 from .launch_storm import rule_launch_storm
 from .syncs import rule_sync
-from . import thresholds
 from .thresholds import *  # noqa: F403 (the thresholds are part of the rules' public names)
 from .transfers import rule_heavy_traffic, rule_tiny_h2d
 
@@ -48,9 +48,16 @@ _RULE_FNS: dict[str, Callable[[TraceContext], list[Finding]]] = {
 RULES = tuple(_RULE_FNS)
 
 
-def diagnose(trace: ProfileTrace, *, model_files: Sequence[str] = (), call_lines: CallLines | None = None,
-             raised: CallLines | None = None, callers: Callers | None = None, direct: CallLines | None = None,
-             rules: Iterable[str] = RULES) -> list[Finding]:
+def diagnose(
+    trace: ProfileTrace,
+    *,
+    model_files: Sequence[str] = (),
+    call_lines: CallLines | None = None,
+    raised: CallLines | None = None,
+    callers: Callers | None = None,
+    direct: CallLines | None = None,
+    rules: Iterable[str] = RULES,
+) -> list[Finding]:
     """Apply ``rules`` to ``trace``; findings sorted by time cost per step, largest first.
 
     Args:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ....harness.breakdown import is_aten_op
 from ....harness.events import (
@@ -40,8 +40,15 @@ Site = tuple[str | None, float]
 class TraceContext:
     """Shared look-ups over one trace."""
 
-    def __init__(self, trace: ProfileTrace, model_files: tuple[str, ...], call_lines: CallLines,
-                 raised: CallLines, callers: Callers, direct: CallLines) -> None:
+    def __init__(
+        self,
+        trace: ProfileTrace,
+        model_files: tuple[str, ...],
+        call_lines: CallLines,
+        raised: CallLines,
+        callers: Callers,
+        direct: CallLines,
+    ) -> None:
         self.trace = trace
         self.k = len(trace.steps)
         self.model_files = tuple(os.path.normpath(f) for f in model_files)
@@ -85,8 +92,11 @@ class TraceContext:
         """The host event that launched ``device_event``: the runtime call with its correlation
         id, else the host operator the profiler linked it to (its ``parent``)."""
         if self._launchers is None:
-            self._launchers = {e.correlation: e for e in self.trace.events
-                               if e.correlation is not None and e.category in ("runtime", "sync") and e.device == "cpu"}
+            self._launchers = {
+                e.correlation: e
+                for e in self.trace.events
+                if e.correlation is not None and e.category in ("runtime", "sync") and e.device == "cpu"
+            }
         found = self._launchers.get(device_event.correlation) if device_event.correlation is not None else None
         return found if found is not None else self.parent(device_event)
 
@@ -150,8 +160,9 @@ class TraceContext:
         if not lines and table is None:
             lines = self.call_lines_in(chosen.file, chosen.line, tuple(ops), self.direct)
         if not lines:
-            lines = self.call_lines_in(chosen.file, chosen.line, tuple(ops),
-                                       self.call_lines if table is None else table)
+            lines = self.call_lines_in(
+                chosen.file, chosen.line, tuple(ops), self.call_lines if table is None else table
+            )
         if not lines:
             return [(f"{chosen.file}:{chosen.line} in {chosen.func} (function start)", 1.0)]
         n = sum(lines.values())

@@ -53,11 +53,16 @@ def rule_exception(ctx: TraceContext) -> list[Finding]:
             count = n * share / ctx.k
             if count < EXCEPTION_MIN_PER_STEP:
                 continue
-            out.append(Finding(
-                rule="exception", operator=op, count=count, time_ms=t * share / ctx.k / 1e3,
-                source=f"{chosen.file}:{line} in {chosen.func}",
-                message=f"{count:g} calls of {op} per step raise an error that Python catches: each builds a "
-                        "C++ exception with its backtrace and unwinds; test the condition first (shapes, "
-                        "sizes) instead of trying and catching",
-            ))
+            out.append(
+                Finding(
+                    rule="exception",
+                    operator=op,
+                    count=count,
+                    time_ms=t * share / ctx.k / 1e3,
+                    source=f"{chosen.file}:{line} in {chosen.func}",
+                    message=f"{count:g} calls of {op} per step raise an error that Python catches: each builds a "
+                    "C++ exception with its backtrace and unwinds; test the condition first (shapes, "
+                    "sizes) instead of trying and catching",
+                )
+            )
     return out

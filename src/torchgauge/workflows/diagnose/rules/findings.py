@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .context import TraceContext
 
@@ -25,8 +26,9 @@ class Finding:
         return asdict(self)
 
 
-def split_by_call_site(ctx: TraceContext, rule: str, groups: Mapping[tuple[str, tuple], list],
-                       message: Callable[[str, float], str]) -> list[Finding]:
+def split_by_call_site(
+    ctx: TraceContext, rule: str, groups: Mapping[tuple[str, tuple], list], message: Callable[[str, float], str]
+) -> list[Finding]:
     """One finding per call site of each ``(operator, frames) -> [calls, time_us, names]`` group;
     calls and measured time split by the calls recorded on each line.
 
@@ -52,5 +54,7 @@ def split_by_call_site(ctx: TraceContext, rule: str, groups: Mapping[tuple[str, 
             acc = sites.setdefault((op, src), [0.0, 0.0])
             acc[0] += n * share / ctx.k
             acc[1] += t * share / ctx.k / 1e3
-    return [Finding(rule=rule, operator=op, count=count, time_ms=time_ms, source=src, message=message(op, count))
-            for (op, src), (count, time_ms) in sites.items()]
+    return [
+        Finding(rule=rule, operator=op, count=count, time_ms=time_ms, source=src, message=message(op, count))
+        for (op, src), (count, time_ms) in sites.items()
+    ]

@@ -1,11 +1,10 @@
-"""Rule (e) ``idle_gap``: long stretches where the device (CPU: every operator) waits for the host.
-"""
+"""Rule (e) ``idle_gap``: long stretches where the device (CPU: every operator) waits for the host."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from ....harness.breakdown import clip, is_aten_op, subtract, union
 from ....harness.events import STEP_NAME_RE
@@ -47,12 +46,18 @@ def rule_idle_gap(ctx: TraceContext) -> list[Finding]:
     for (name, src), (n, t, steps) in groups.items():
         if t < IDLE_MIN_FRACTION * span or len(steps) < IDLE_MIN_STEP_FRACTION * ctx.k:
             continue  # too small, or a one-off pause rather than something every step does
-        out.append(Finding(
-            rule="idle_gap", operator=name, count=n / ctx.k, time_ms=t / ctx.k / 1e3, source=src,
-            message=f"{n / ctx.k:g} gaps of at least {IDLE_GAP_US / 1e3:g} ms per step ({t / span:.0%} of the "
-                    f"profiled time) where {target} waited for host code; move that work out of the step, "
-                    "overlap it, or capture the step (CUDA graphs via torch.cuda.graphs, or torch.compile)",
-        ))
+        out.append(
+            Finding(
+                rule="idle_gap",
+                operator=name,
+                count=n / ctx.k,
+                time_ms=t / ctx.k / 1e3,
+                source=src,
+                message=f"{n / ctx.k:g} gaps of at least {IDLE_GAP_US / 1e3:g} ms per step ({t / span:.0%} of the "
+                f"profiled time) where {target} waited for host code; move that work out of the step, "
+                "overlap it, or capture the step (CUDA graphs via torch.cuda.graphs, or torch.compile)",
+            )
+        )
     return out
 
 

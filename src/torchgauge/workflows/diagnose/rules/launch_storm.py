@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ....harness.events import TraceEvent, is_framework_file, parse_frame
 from .context import TraceContext
@@ -77,8 +78,10 @@ def _storm_hint(pattern: tuple[str, ...]) -> str:
         return "zero all gradients at once (torch._foreach_zero_, or zero_grad(set_to_none=True))"
     if len(pattern) == 1 and f"_foreach_{base}" in FOREACH_OPS:
         return f"apply it to all tensors at once (torch._foreach_{base}; optimizers: foreach=True or fused=True)"
-    return "batch the loop into one operator over stacked tensors, use the optimizer's foreach=True or " \
-           "fused=True, or torch.compile"
+    return (
+        "batch the loop into one operator over stacked tensors, use the optimizer's foreach=True or "
+        "fused=True, or torch.compile"
+    )
 
 
 def rule_launch_storm(ctx: TraceContext) -> list[Finding]:
@@ -89,27 +92,37 @@ def rule_launch_storm(ctx: TraceContext) -> list[Finding]:
     for run in _sequences(candidates):
         names = [e.name for e in run]
         for start, period, reps in _periodic_stretches(names):
-            pattern = tuple(names[start:start + period])
-            calls = run[start:start + period * reps]
+            pattern = tuple(names[start : start + period])
+            calls = run[start : start + period * reps]
             frames = ctx.frames(calls[0])
-            if not _is_storm(calls) or not _loops_in_user_code(ctx, frames) or ctx.not_the_models(frames) \
-                    or any(ctx.raised_here(op, frames) for op in pattern):
+            if (
+                not _is_storm(calls)
+                or not _loops_in_user_code(ctx, frames)
+                or ctx.not_the_models(frames)
+                or any(ctx.raised_here(op, frames) for op in pattern)
+            ):
                 continue
             g = groups.setdefault(pattern, {"reps": 0, "time": 0.0, "frames": Counter()})
             g["reps"] += reps
             # The launch-bound part: the stretch's span less the calls that do real work.
-            g["time"] += calls[-1].end_us - calls[0].start_us - sum(
-                c.duration_us for c in calls if c.duration_us >= TINY_OP_US)
+            g["time"] += (
+                calls[-1].end_us - calls[0].start_us - sum(c.duration_us for c in calls if c.duration_us >= TINY_OP_US)
+            )
             g["frames"][frames] += 1
     out = []
     for pattern, g in groups.items():
         op = " + ".join(pattern)
         frames = g["frames"].most_common(1)[0][0]
         per_step = g["reps"] / ctx.k
-        out.append(Finding(
-            rule="launch_storm", operator=op, count=per_step, time_ms=g["time"] / ctx.k / 1e3,
-            source=ctx.source(frames, pattern),
-            message=f"{per_step:g} back-to-back repetitions of {op} per step, median call under "
-                    f"{TINY_OP_US:g} us: launch/dispatch-bound; {_storm_hint(pattern)}",
-        ))
+        out.append(
+            Finding(
+                rule="launch_storm",
+                operator=op,
+                count=per_step,
+                time_ms=g["time"] / ctx.k / 1e3,
+                source=ctx.source(frames, pattern),
+                message=f"{per_step:g} back-to-back repetitions of {op} per step, median call under "
+                f"{TINY_OP_US:g} us: launch/dispatch-bound; {_storm_hint(pattern)}",
+            )
+        )
     return out

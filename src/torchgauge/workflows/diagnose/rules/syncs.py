@@ -31,8 +31,9 @@ def rule_sync(ctx: TraceContext) -> list[Finding]:
         if not _is_sync(ctx, e):
             continue
         frames = ctx.frames(e)
-        if any(p is not None and p.file.replace(os.sep, "/").startswith(HOST_STATE_PATHS)
-               for p in map(parse_frame, frames)) or ctx.not_the_models(frames):
+        if any(
+            p is not None and p.file.replace(os.sep, "/").startswith(HOST_STATE_PATHS) for p in map(parse_frame, frames)
+        ) or ctx.not_the_models(frames):
             continue
         op = ctx.outermost_op(e)
         if ctx.trace.kind == "cpu" and op is not None and op.name not in SYNC_OPS | SYNC_WRAPPERS | HOST_READ_OPS:
@@ -43,7 +44,13 @@ def rule_sync(ctx: TraceContext) -> list[Finding]:
         g = groups.setdefault((name, frames), [0, 0.0, ctx.descendant_names(op) if op is not None else (e.name,)])
         g[0] += 1
         g[1] += e.duration_us
-    return split_by_call_site(ctx, "sync", groups, lambda op, n: (
-        f"{n:g} device-to-host synchronisations per step: the host waits for the device and the launch "
-        "queue drains; keep the value on the device (torch.where, torch.nonzero_static, masking) or read "
-        "it outside the step"))
+    return split_by_call_site(
+        ctx,
+        "sync",
+        groups,
+        lambda op, n: (
+            f"{n:g} device-to-host synchronisations per step: the host waits for the device and the launch "
+            "queue drains; keep the value on the device (torch.where, torch.nonzero_static, masking) or read "
+            "it outside the step"
+        ),
+    )

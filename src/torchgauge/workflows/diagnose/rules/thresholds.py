@@ -39,10 +39,17 @@ HEAVY_TRAFFIC_MIN_BYTES = 1 << 20
 # (c) Copy time per step over compute time per step that makes traffic "heavy".
 HEAVY_TRAFFIC_RATIO = 0.25
 # (d) Operators that make the host wait for the device's result.
-SYNC_OPS = frozenset({
-    "aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-    "aten::unique_consecutive", "aten::equal",
-})
+SYNC_OPS = frozenset(
+    {
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::equal",
+    }
+)
 # (d) Python-facing operators that end in one of SYNC_OPS (``.item()``, ``bool(t)``, ``.tolist()``).
 SYNC_WRAPPERS = frozenset({"aten::item", "aten::is_nonzero", "aten::tolist"})
 # (d) Code whose scalar reads are of host-resident state by design (optimizer step counts).
@@ -53,16 +60,53 @@ HOST_STATE_PATHS = ("torch/optim/",)
 HOST_READ_OPS = frozenset({"aten::resolve_conj"})
 # (a) Foreach kernels that exist in every supported torch (>= 2.4): a storm hint names one only
 # if it is here (tests check each resolves on torch).
-FOREACH_OPS = frozenset({
-    "_foreach_abs", "_foreach_abs_", "_foreach_add", "_foreach_add_", "_foreach_addcdiv", "_foreach_addcdiv_",
-    "_foreach_addcmul", "_foreach_addcmul_", "_foreach_clamp_max", "_foreach_clamp_max_", "_foreach_clamp_min",
-    "_foreach_clamp_min_", "_foreach_copy_", "_foreach_div", "_foreach_div_", "_foreach_exp", "_foreach_exp_",
-    "_foreach_lerp", "_foreach_lerp_", "_foreach_log", "_foreach_log_", "_foreach_maximum", "_foreach_maximum_",
-    "_foreach_minimum", "_foreach_minimum_", "_foreach_mul", "_foreach_mul_", "_foreach_neg", "_foreach_neg_",
-    "_foreach_norm", "_foreach_pow", "_foreach_pow_", "_foreach_reciprocal", "_foreach_reciprocal_",
-    "_foreach_sigmoid", "_foreach_sigmoid_", "_foreach_sign", "_foreach_sign_", "_foreach_sqrt", "_foreach_sqrt_",
-    "_foreach_sub", "_foreach_sub_", "_foreach_zero_",
-})
+FOREACH_OPS = frozenset(
+    {
+        "_foreach_abs",
+        "_foreach_abs_",
+        "_foreach_add",
+        "_foreach_add_",
+        "_foreach_addcdiv",
+        "_foreach_addcdiv_",
+        "_foreach_addcmul",
+        "_foreach_addcmul_",
+        "_foreach_clamp_max",
+        "_foreach_clamp_max_",
+        "_foreach_clamp_min",
+        "_foreach_clamp_min_",
+        "_foreach_copy_",
+        "_foreach_div",
+        "_foreach_div_",
+        "_foreach_exp",
+        "_foreach_exp_",
+        "_foreach_lerp",
+        "_foreach_lerp_",
+        "_foreach_log",
+        "_foreach_log_",
+        "_foreach_maximum",
+        "_foreach_maximum_",
+        "_foreach_minimum",
+        "_foreach_minimum_",
+        "_foreach_mul",
+        "_foreach_mul_",
+        "_foreach_neg",
+        "_foreach_neg_",
+        "_foreach_norm",
+        "_foreach_pow",
+        "_foreach_pow_",
+        "_foreach_reciprocal",
+        "_foreach_reciprocal_",
+        "_foreach_sigmoid",
+        "_foreach_sigmoid_",
+        "_foreach_sign",
+        "_foreach_sign_",
+        "_foreach_sqrt",
+        "_foreach_sqrt_",
+        "_foreach_sub",
+        "_foreach_sub_",
+        "_foreach_zero_",
+    }
+)
 # (f) Raised-and-caught operator calls per step that make a finding: any (a raise on the hot
 # path costs a C++ backtrace each time and is never needed).
 EXCEPTION_MIN_PER_STEP = 1

@@ -37,8 +37,10 @@ def rule_tiny_h2d(ctx: TraceContext) -> list[Finding]:
             frames = ctx.frames(op if op is not None else e)
             if ctx.not_the_models(frames):
                 continue
-            g = groups.setdefault((op.name if op is not None else e.name, frames),
-                                  [0, 0.0, ctx.descendant_names(op) if op is not None else ()])
+            g = groups.setdefault(
+                (op.name if op is not None else e.name, frames),
+                [0, 0.0, ctx.descendant_names(op) if op is not None else ()],
+            )
             g[0] += 1
             # Host time of the copying operator (launch and, for pageable memory, the wait),
             # or the device time when the launch is unknown.
@@ -54,9 +56,15 @@ def rule_tiny_h2d(ctx: TraceContext) -> list[Finding]:
                 g[0] += 1
                 g[1] += e.duration_us
         what = "tensors built from host data (torch.tensor); on an accelerator each is a tiny host-to-device copy"
-    return split_by_call_site(ctx, "tiny_h2d", groups, lambda op, n: (
-        f"{n:g} {what.format(b=TINY_COPY_BYTES)} per step; create the tensor once outside the step (a "
-        "buffer) or use a Python scalar (torch.rsqrt(t) -> t * d ** -0.5)"))
+    return split_by_call_site(
+        ctx,
+        "tiny_h2d",
+        groups,
+        lambda op, n: (
+            f"{n:g} {what.format(b=TINY_COPY_BYTES)} per step; create the tensor once outside the step (a "
+            "buffer) or use a Python scalar (torch.rsqrt(t) -> t * d ** -0.5)"
+        ),
+    )
 
 
 # -- (c) heavy host-device traffic ------------------------------------------------------------------
@@ -81,13 +89,18 @@ def rule_heavy_traffic(ctx: TraceContext) -> list[Finding]:
     if ctx.not_the_models(frames):
         return []
     ratio = copy_time / compute_time if compute_time > 0 else float("inf")
-    return [Finding(
-        rule="heavy_traffic", operator=op_name, count=len(copies) / ctx.k, time_ms=copy_time / 1e3,
-        source=ctx.source(frames, (op_name, "aten::_to_copy", "aten::copy_")),
-        message=f"{moved / 2**20:.1f} MiB copied per step taking {ratio:.2f}x the compute time: data ping-pongs "
-                "between host and device; keep it resident on the device or overlap the copies "
-                "(pinned memory, non_blocking=True, a side stream)",
-    )]
+    return [
+        Finding(
+            rule="heavy_traffic",
+            operator=op_name,
+            count=len(copies) / ctx.k,
+            time_ms=copy_time / 1e3,
+            source=ctx.source(frames, (op_name, "aten::_to_copy", "aten::copy_")),
+            message=f"{moved / 2**20:.1f} MiB copied per step taking {ratio:.2f}x the compute time: data ping-pongs "
+            "between host and device; keep it resident on the device or overlap the copies "
+            "(pinned memory, non_blocking=True, a side stream)",
+        )
+    ]
 
 
 def _copies(ctx: TraceContext, e: TraceEvent) -> bool:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig
+from .record_checks import SchemaError, check_run, expect_field
 
 # RunConfig is re-exported: modules that read records import it from here too.
 __all__ = [
@@ -61,97 +62,6 @@ STATUSES = ("ok", "error", "oom", "timeout", "unsupported", "skipped", "fail_acc
 # Statuses that do not fail a suite run (CLI exit code 0). fail_accuracy fails it: a fast
 # wrong answer is a failure; eager_nondeterministic does not, the backend is not at fault.
 PASSING_STATUSES = frozenset({"ok", "unsupported", "skipped", "eager_nondeterministic"})
-
-
-class SchemaError(ValueError):
-    """A results document does not follow the schema."""
-
-
-# Metric values that compare, history and the store read as numbers: (path in metrics).
-# A results file from elsewhere is checked against them on load, so a string where a
-# number belongs is a one-line SchemaError rather than a TypeError deep in the statistics.
-NUMERIC_METRIC_PATHS = (
-    ("time_ms", "median"),
-    ("time_ms", "min"),
-    ("time_ms", "max"),
-    ("time_ms", "iqr"),
-    ("time_ms", "q1"),
-    ("time_ms", "q3"),
-    ("time_ms", "ci_low"),
-    ("time_ms", "ci_high"),
-    ("cpu_peak_mb",),
-    ("cpu_delta_mb",),
-    ("gpu_peak_mb",),
-    ("instructions", "per_step"),
-    ("op_counts", "total"),
-    ("flops", "total"),
-    ("flops", "tflops"),
-    ("compile", "compile_s"),
-)
-_SAMPLE_LISTS = (("time_ms", "samples"), ("time_ms", "warmup_samples"))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _expect(doc: Mapping[str, Any], key: str, check: Any, accepted: str, where: str) -> None:
-    if key in doc and not check(doc[key]):
-        raise SchemaError(f"{where}: field {key!r} is {_what(doc[key])}; accepted: {accepted}")
-
-
-def _what(value: Any) -> str:  # type and shortened value for an error line: ``str 'fast'``
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
-def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
-    for path in (*NUMERIC_METRIC_PATHS, *_SAMPLE_LISTS):
-        node: Any = metrics
-        for part in path[:-1]:
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is None:
-            continue
-        name = ".".join(path)
-        if not isinstance(node, Mapping):
-            raise SchemaError(f"{where}: metrics.{'.'.join(path[:-1])} is {type(node).__name__}; accepted: an object")
-        value = node.get(path[-1])
-        if path in _SAMPLE_LISTS:
-            if value is not None and not (isinstance(value, list) and all(v is None or _is_number(v) for v in value)):
-                raise SchemaError(f"{where}: metrics.{name} is not a list of numbers")
-        elif value is not None and not _is_number(value):
-            raise SchemaError(f"{where}: metrics.{name} is {_what(value)}; accepted: a number or null")
-
-
-def _check_run(doc: Any, where: str) -> None:
-    """Types of a run record's fields (see docs/results-schema.md); SchemaError names the field."""
-    if not isinstance(doc, Mapping):
-        raise SchemaError(f"{where} is {_what(doc)}; accepted: an object")
-    is_str = lambda v: isinstance(v, str)  # noqa: E731
-    opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
-    opt_int = lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))  # noqa: E731
-    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    for key in ("model", "mode", "device", "status", "precision", "backend", "size"):
-        _expect(doc, key, is_str, "a string", where)
-    for key in ("domain", "error", "started_at"):
-        _expect(doc, key, opt_str, "a string or null", where)
-    for key in ("batch_size", "requested_batch_size"):
-        _expect(doc, key, opt_int, "an integer or null", where)
-    for key in ("repeat", "warmup", "seed"):
-        _expect(doc, key, is_int, "an integer", where)
-    _expect(doc, "wall_s", lambda v: v is None or _is_number(v), "a number", where)
-    for key in ("metrics", "env"):
-        _expect(doc, key, lambda v: v is None or isinstance(v, Mapping), "an object or null", where)
-    for key in ("options", "model_kwargs"):
-        _expect(doc, key, lambda v: isinstance(v, Mapping), "an object", where)
-    _expect(
-        doc,
-        "requested_metrics",
-        lambda v: isinstance(v, list) and all(isinstance(m, str) for m in v),
-        "a list of strings",
-        where,
-    )
-    _check_metrics(doc.get("metrics") or {}, where)
 
 
 _CONFIG_FIELDS = tuple(f.name for f in fields(RunConfig))
@@ -230,7 +140,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, where: str = "run record") -> RunRecord:
-        _check_run(doc, where)
+        check_run(doc, where)
         missing = [k for k in ("model", "mode", "device", "status") if k not in doc]
         if missing:
             raise SchemaError(f"run record lacks required field(s): {', '.join(missing)}")
@@ -329,10 +239,10 @@ class ResultsFile:
         if not isinstance(doc.get("runs"), list):
             raise SchemaError("results document lacks a 'runs' list")
         where = "results document"
-        _expect(doc, "env", lambda v: v is None or isinstance(v, Mapping), "an object", where)
+        expect_field(doc, "env", lambda v: v is None or isinstance(v, Mapping), "an object", where)
         for key in ("created_at", "torchgauge_version"):
-            _expect(doc, key, lambda v: v is None or isinstance(v, str), "a string", where)
-        _expect(doc, "complete", lambda v: isinstance(v, bool), "true or false", where)
+            expect_field(doc, key, lambda v: v is None or isinstance(v, str), "a string", where)
+        expect_field(doc, "complete", lambda v: isinstance(v, bool), "true or false", where)
         return cls(
             env=dict(doc.get("env") or {}),
             runs=[RunRecord.from_dict(r, where=f"runs[{i}]") for i, r in enumerate(doc["runs"])],

@@ -29,7 +29,8 @@ from typing import Any
 from ...results.schema import load_results
 from ...results.store import Store
 from ...stats.compare import DEFAULT_THRESHOLD
-from .data import figures_data, latest_run, model_history
+from .data import latest_run, model_history
+from .figures import figures_data
 from .html import figures_page, index_page, model_page
 
 __all__ = ["DEFAULT_TITLE", "BuiltSite", "SiteError", "build_site", "build_site_from_results", "plotly_js"]

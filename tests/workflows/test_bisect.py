@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from torchgauge.cli import main
+from torchgauge.config import RunConfig
 from torchgauge.workflows.bisect import (
     BisectSetupError,
     BuildFailed,
@@ -35,7 +36,7 @@ BASE_ITERATIONS = 20_000
 CULPRIT = 20  # index in good..bad (0 is the good endpoint)
 BROKEN = 15  # fails to build; also the first point a 32-point search probes
 CHEAP_BUILD = "python -m py_compile slowpkg/__init__.py"
-SPEC = MeasureSpec(models=("slowpkg_work",), modes=("eval",), size="smoke")
+SPEC = MeasureSpec(models=("slowpkg_work",), modes=("eval",), base=RunConfig(model="", size="smoke", repeat=15))
 LABEL = "slowpkg_work/eval/cpu/fp32/eager"
 
 _PKG = '''"""slowpkg revision {rev}."""

@@ -11,6 +11,7 @@ import click
 from .params import (
     PROBABILITY,
     SECONDS,
+    bad_config,
     check_device,
     fraction,
     non_negative,
@@ -183,14 +184,14 @@ def bisect_command(**kw: object) -> None:
 
 
 def _spec(kw: dict):
-    from ..configure import BACKENDS, PRECISIONS
+    from ..config import ConfigError, RunConfig, check_names
     from ..harness.threads import parse_threads
     from ..workflows.bisect import MeasureSpec
 
-    if kw["precision"] not in PRECISIONS:
-        raise click.BadParameter(f"{kw['precision']!r}; accepted: {', '.join(PRECISIONS)}", param_hint="--precision")
-    if kw["backend"] not in BACKENDS:
-        raise click.BadParameter(f"{kw['backend']!r}; accepted: {', '.join(BACKENDS)}", param_hint="--backend")
+    try:
+        check_names(str(kw["precision"]), str(kw["backend"]))
+    except ConfigError as exc:
+        raise bad_config(exc) from None
     if not 0 < kw["alpha"] < 1:
         raise click.BadParameter(f"{kw['alpha']} is out of range; accepted: 0 < alpha < 1", param_hint="--alpha")
     try:
@@ -201,13 +202,16 @@ def _spec(kw: dict):
     return MeasureSpec(
         models=tuple(models),
         modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
-        device=kw["device"],
-        precision=kw["precision"],
-        backend=kw["backend"],
-        batch_size=kw["batch_size"],
-        size=kw["size"],
-        repeat=kw["repeat"],
-        warmup=kw["warmup"],
+        base=RunConfig(
+            model="",
+            device=kw["device"],
+            precision=kw["precision"],
+            backend=kw["backend"],
+            batch_size=kw["batch_size"],
+            size=kw["size"],
+            repeat=kw["repeat"],
+            warmup=kw["warmup"],
+        ),
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         metric=kw["metric"],
         threads=threads,

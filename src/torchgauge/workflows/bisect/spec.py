@@ -9,34 +9,39 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...config import RunConfig
 from ...harness.threads import DEFAULT_INTRA_OP_THREADS
-from ...results.schema import RunConfig
 from .errors import BisectSetupError
 from .metric_facts import bisect_metrics, is_deterministic
 
-__all__ = ["DEFAULT_REPEAT", "MeasureSpec"]
+__all__ = ["BASE_FIELDS", "DEFAULT_REPEAT", "MeasureSpec"]
 
 # Timed iterations per point: enough for the rank test to reach alpha=0.01 with margin
 # (15 vs 15 samples can give p ~ 1e-8), few enough for a slow model.
 DEFAULT_REPEAT = 15
 
 
+def _default_base() -> RunConfig:
+    return RunConfig(model="", repeat=DEFAULT_REPEAT)
+
+
+# The base configuration's fields a bisection sets and its point cache keys on (the rest keep
+# RunConfig's defaults: seed 0, no options, no model arguments).
+BASE_FIELDS = ("device", "precision", "backend", "batch_size", "size", "repeat", "warmup")
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
-    """What is re-measured at each point: the flagged models and configuration."""
+    """What is re-measured at each point: the flagged models and modes, in one base configuration."""
 
     models: tuple[str, ...]
     modes: tuple[str, ...] = ("train", "eval")
-    device: str = "cpu"
-    precision: str = "fp32"
-    backend: str = "eager"
-    batch_size: int | None = None
-    size: str = "full"
-    repeat: int = DEFAULT_REPEAT
-    warmup: int = 3
+    # device, precision, backend, batch size, size, repeat, warmup of every run (model and mode
+    # are planned; metrics follow ``metric``)
+    base: RunConfig = field(default_factory=_default_base)
     model_files: tuple[str, ...] = ()  # absolute paths
     metric: str = "time"  # a bisectable quantity (metric_facts.bisect_metrics)
     # intra-op threads of every measurement (`torchgauge run --threads`; None: one per CPU).
@@ -56,7 +61,13 @@ class MeasureSpec:
     def identity(self) -> str:
         """Cache key part: the spec plus the model files' contents (an edited file re-measures)."""
         files = {p: hashlib.sha1(Path(p).read_bytes()).hexdigest() for p in self.model_files}
-        doc = {k: v for k, v in asdict(self).items() if k != "model_files"}
+        doc = {
+            "models": list(self.models),
+            "modes": list(self.modes),
+            **{name: getattr(self.base, name) for name in BASE_FIELDS},
+            "metric": self.metric,
+            "threads": self.threads,
+        }
         return json.dumps([doc, files], sort_keys=True, default=list)
 
     # -- the spec as runs: configs() and run_args() plan the same runs two ways --------------
@@ -64,40 +75,26 @@ class MeasureSpec:
         """One RunConfig per (model, mode), as ``torchgauge run`` plans them."""
         from ...config import plan
 
-        return plan(
-            self.models,
-            modes=self.modes,
-            batch_size=self.batch_size,
-            device=self.device,
-            precision=self.precision,
-            backend=self.backend,
-            size=self.size,
-            repeat=self.repeat,
-            warmup=self.warmup,
-            metrics=(self.metric,),
-        )
+        return plan(self.models, self.base.with_(metrics=(self.metric,)), modes=self.modes)
 
     def run_args(self, output: str) -> list[str]:
         """``torchgauge run`` arguments measuring every config in one process."""
         mode = self.modes[0] if len(self.modes) == 1 else "both"
+        base = self.base
         # --opt=value binds each value to its option and the names follow "--": no value
         # or name (say one read back from the point cache) can be parsed as an option
         args = [
             "run",
             f"--mode={mode}",
-            f"--device={self.device}",
-            f"--precision={self.precision}",
-            f"--backend={self.backend}",
-            f"--size={self.size}",
-            f"--repeat={self.repeat}",
-            f"--warmup={self.warmup}",
+            *(f"--{name}={getattr(base, name)}" for name in ("device", "precision", "backend", "size", "repeat")),
+            f"--warmup={base.warmup}",
             f"--metrics={self.metric}",
             "--in-process",
             "--quiet",
             f"--output={output}",
         ]
-        if self.batch_size is not None:
-            args.append(f"--batch-size={self.batch_size}")
+        if base.batch_size is not None:
+            args.append(f"--batch-size={base.batch_size}")
         args.append(f"--threads={'all' if self.threads is None else self.threads}")
         args += [f"--model-file={path}" for path in self.model_files]
         return [*args, "--", *self.models]

@@ -14,6 +14,7 @@ from .params import (
     bad_config,
     check_device,
     fraction,
+    model_file_option,
     non_negative,
     positive,
     selected_models,
@@ -53,13 +54,7 @@ from .params import (
     "e.g. torch==2.12.0,torch==2.13.0 (instead of a git range).",
 )
 @click.option("--pip-args", default="", help="Extra 'pip install' arguments for --versions, e.g. '--no-index'.")
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models (repeatable).",
-)
+@model_file_option()
 @click.option("--mode", type=click.Choice(["train", "eval", "both"]), default="both", show_default=True)
 @click.option("--device", default="cpu", show_default=True, callback=check_device)
 @click.option("--precision", default="fp32", show_default=True)

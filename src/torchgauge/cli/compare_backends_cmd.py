@@ -8,7 +8,16 @@ from pathlib import Path
 import click
 
 from ..workflows.compare_backends import DEFAULT_BASELINE, DEFAULT_CANDIDATE
-from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, positive, selected_models
+from .params import (
+    MEBIBYTES,
+    SECONDS,
+    bad_config,
+    check_device,
+    model_file_option,
+    non_negative,
+    positive,
+    selected_models,
+)
 
 
 @click.command("compare-backends")
@@ -64,13 +73,7 @@ from .params import MEBIBYTES, SECONDS, bad_config, check_device, non_negative, 
 @click.option(
     "--memory-limit", type=MEBIBYTES, default=None, help="MiB of resident memory per worker before status oom."
 )
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models (repeatable).",
-)
+@model_file_option()
 @click.option(
     "--results-dir",
     type=click.Path(file_okay=False),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .params import SECONDS, threshold
+from .params import SECONDS, model_file_option, threshold
 
 
 def _load_side(
@@ -124,13 +124,7 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
 @click.option(
     "--candidate-python", default=None, help="Interpreter with the new build (for --confirm; default: this one)."
 )
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models, for --confirm reruns (repeatable).",
-)
+@model_file_option("Python file registering extra models, for --confirm reruns (repeatable).")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
 @click.option(
     "--time-signal",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .params import SECONDS, fraction, selected_models
+from .params import SECONDS, fraction, model_file_option, selected_models
 
 
 @click.command("coverage")
@@ -37,7 +37,7 @@ from .params import SECONDS, fraction, selected_models
     help="Models recorded at once (coverage does not time anything, so parallel runs are safe); "
     "the CPUs are shared out between them.",
 )
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False))
+@model_file_option()
 @click.option("--exclude", multiple=True, help="fnmatch pattern of models to leave out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
 @click.option("--quiet", "-q", is_flag=True)

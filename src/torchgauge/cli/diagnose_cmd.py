@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..workflows.diagnose import DIAGNOSE_STEPS
-from .params import check_device, positive, selected_models
+from .params import check_device, model_file_option, positive, selected_models
 
 
 @click.command("diagnose")
@@ -33,13 +33,7 @@ from .params import check_device, positive, selected_models
     default=None,
     help="Also write the profiled pass as a Chrome/Perfetto trace into this directory.",
 )
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models (repeatable).",
-)
+@model_file_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 def diagnose_command(

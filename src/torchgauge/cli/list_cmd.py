@@ -5,19 +5,14 @@ from __future__ import annotations
 import click
 
 from ..registry import DOMAINS
+from .params import model_file_option
 
 
 @click.command("list")
 @click.argument("patterns", nargs=-1)
 @click.option("--domain", type=click.Choice(DOMAINS), multiple=True, help="Only models of this domain (repeatable).")
 @click.option("--tag", "tags", multiple=True, help="Only models carrying this tag (repeatable; all must match).")
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models.",
-)
+@model_file_option()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_command(
     *,

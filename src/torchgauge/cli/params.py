@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import click
 
@@ -148,3 +149,10 @@ def bad_config(exc) -> click.BadParameter:
     """A :class:`torchgauge.config.ConfigError` as a usage error naming its flag (flags are the
     options' names with dashes: ``compile_scope`` -> ``--compile-scope``)."""
     return click.BadParameter(str(exc), param_hint="--" + exc.option.replace("_", "-"))
+
+
+def model_file_option(help_text: str = "Python file registering extra models (repeatable).") -> Callable:
+    """``--model-file FILE`` (repeatable, into ``model_files``), as every command that names models takes it."""
+    return click.option(
+        "--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False), help=help_text
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .params import MEBIBYTES, SECONDS, SEED, check_device, non_negative, positive
+from .params import MEBIBYTES, SECONDS, SEED, check_device, model_file_option, non_negative, positive
 from .run_flags import batch_size_flag, parse_run_flags
 
 
@@ -144,13 +144,7 @@ from .run_flags import batch_size_flag, parse_run_flags
     default=None,
     help="Keep each worker's full stdout/stderr in this directory (default: only the error's last lines).",
 )
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models (repeatable).",
-)
+@model_file_option()
 @click.option("--model-arg", "model_args", multiple=True, help="Architecture override KEY=VALUE passed to builders.")
 @click.option("--exclude", multiple=True, help="fnmatch pattern of models to leave out (repeatable).")
 @click.option("--domain", multiple=True, help="Only models of this domain (repeatable).")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .params import SECONDS, check_device, non_negative, positive, split_csv
+from .params import SECONDS, check_device, model_file_option, non_negative, positive, split_csv
 
 
 @click.command("scale")
@@ -40,7 +40,7 @@ from .params import SECONDS, check_device, non_negative, positive, split_csv
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Fits and points as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="Log-log plot file (.png or .svg).")
-@click.option("--model-file", "model_files", multiple=True, type=click.Path(exists=True, dir_okay=False))
+@model_file_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of tables.")
 @click.option("--quiet", "-q", is_flag=True)
 def scale_command(

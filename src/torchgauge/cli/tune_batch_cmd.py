@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .params import MEBIBYTES, SECONDS, check_device, non_negative, positive, selected_models
+from .params import MEBIBYTES, SECONDS, check_device, model_file_option, non_negative, positive, selected_models
 
 
 def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -55,13 +55,7 @@ def _within(ctx: click.Context, param: click.Parameter, value: float) -> float:
     default=None,
     help="MiB of resident memory per worker before status oom (the CPU's out-of-memory point).",
 )
-@click.option(
-    "--model-file",
-    "model_files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Python file registering extra models (repeatable).",
-)
+@model_file_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the searches as JSON instead of tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def tune_batch_command(**kw: object) -> None:

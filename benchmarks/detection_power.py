@@ -6,7 +6,8 @@ the outermost forward call of every module that contains a planted layer type (d
 ``Conv2d``) is timed and followed by a busy loop of ``PLANT`` times its own duration, so the
 eval step of a convolutional model is that much slower and the other models (the
 unaffected controls) not at all. (A first version slowed ``F.conv2d`` calls alone: at smoke
-size convolutions are about half of a step, so a planted 25% became a 5-12% model change.) Then it runs the documented procedures end to end with the CLI:
+size convolutions are about half of a step, so a planted 25% became a 5-12% model change.) Then it runs the documented
+procedures end to end with the CLI:
 
 * ``single+confirm``: one base ``torchgauge run``, one candidate run, ``torchgauge compare``,
   then ``compare --confirm`` (fresh processes per side, candidate interpreter = the hooked one);

@@ -150,7 +150,8 @@ def main() -> None:
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} ({os.cpu_count()} CPUs)\n"
     )
     print(
-        "| executor | wall s | configs/min | sum of run wall_s | per-task overhead s | history write ms/run | statuses | runs per node (history) |"
+        "| executor | wall s | configs/min | sum of run wall_s | per-task overhead s | history write ms/run | statuses "
+        "| runs per node (history) |"
     )
     print("|---|---:|---:|---:|---:|---:|---|---|")
     for row in rows:

@@ -136,7 +136,8 @@ def markdown(doc: dict[str, object]) -> str:
         f"{doc['load_before']}, after {doc['load_after']}; threads {doc['threads']}.",
         "",
         f"{doc['configurations']} of {doc['planned']} planned configurations"
-        f"{' (interrupted)' if doc['interrupted'] else ''} ({doc['statuses']}) in {doc['wall_s']} s; median per-configuration "
+        f"{' (interrupted)' if doc['interrupted'] else ''} ({doc['statuses']}) in {doc['wall_s']} s; "
+        "median per-configuration "
         f"overhead (wall minus timed steps) {doc['overhead_median_s']} s; the first run's worker start (forkserver "
         f"import of torch and every model) {doc['first_run_worker_start_s']} s.",
         "",

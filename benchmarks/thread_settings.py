@@ -89,7 +89,8 @@ def main() -> None:
             proc.kill()
             proc.wait()
     print(
-        f"# {args.processes} processes x {args.repeat} repeats, {args.mode}, smoke size, {args.competitor} competitor(s); "
+        f"# {args.processes} processes x {args.repeat} repeats, {args.mode}, smoke size, "
+        f"{args.competitor} competitor(s); "
         f"load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs; {time.time() - t0:.0f} s"
     )
     print("| setting | model | wall-time process medians (ms) | max/min | CV | CPU-time medians (ms) | max/min | CV |")

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     for model in args.models:
         for mode in args.modes.split(","):
-            pick = lambda tool, key: [
+            pick = lambda tool, key, model=model, mode=mode: [
                 r[key]
                 for r in rows
                 if (r["model"], r["mode"], r["tool"]) == (model, mode, tool) and r["median_ms"] is not None

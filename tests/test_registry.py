@@ -31,7 +31,7 @@ def test_duplicate_name_raises() -> None:
     with pytest.raises(ValueError, match="already registered"):
 
         @register_model(domain="other", task="t", source="s", batch_size=1)
-        def planted_ok(ctx):  # noqa: F811 - the point of the test
+        def planted_ok(ctx):  # a name already registered: the point of the test
             return None
 
 

@@ -477,7 +477,8 @@ def test_unwritable_output_is_one_line(cli) -> None:
         ("def broken(:\n    pass\n", ":1:", "SyntaxError"),
         ("x = 1\nraise RuntimeError('boom at import [/x]')\n", ":2:", "RuntimeError: boom at import [/x]"),
         (
-            "from torchgauge import register_model\n@register_model(domain='other', task='t', source='s', batch_size=1)\n"
+            "from torchgauge import register_model\n"
+            "@register_model(domain='other', task='t', source='s', batch_size=1)\n"
             "def resnet50(ctx):\n    pass\n",
             ":2:",
             "already registered",
@@ -563,7 +564,7 @@ def test_null_versions_and_non_utf8(cli, tmp_path) -> None:
 
 def _damaged_db(path: Path) -> None:
     with Store(path) as store:
-        for k in range(3):
+        for _k in range(3):
             runs = [
                 RunRecord(
                     RunConfig(f"m{i}", mode="eval"),

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from . import configure, measurement, registry  # noqa: F401
+from . import configure, measurement, registry  # noqa: F401  (imported to warm the forkserver for its workers)
 from .registry import list_models
 from .runner import forkserver_dies_with_parent
 
@@ -21,5 +21,5 @@ torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
 for _name in filter(None, os.environ.get("TORCHGAUGE_PRELOAD", "").split(",")):
     try:
         importlib.import_module(_name)
-    except Exception:  # noqa: BLE001 - see above
+    except Exception:
         pass

@@ -285,7 +285,10 @@ def check_accuracy(config: RunConfig) -> dict[str, Any]:
     reason = None
     if failing:
         bad = max(failing, key=lambda e: (e.max_rel, e.max_abs))
-        reason = f"{len(failing)} of {len(cand_errors)} tensors beyond tolerance; worst {bad.path}: abs {bad.max_abs:.3g}, rel {bad.max_rel:.3g}"
+        reason = (
+            f"{len(failing)} of {len(cand_errors)} tensors beyond tolerance; "
+            f"worst {bad.path}: abs {bad.max_abs:.3g}, rel {bad.max_rel:.3g}"
+        )
         worst = bad.path
     return {
         **record,

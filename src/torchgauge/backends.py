@@ -356,7 +356,7 @@ def _trace(workload: Workload, script_exc: Exception) -> nn.Module:
                 return torch.jit.trace(workload.module, example_kwarg_inputs=inputs, strict=False, check_trace=False)
             return torch.jit.trace(workload.module, tuple(inputs), strict=False, check_trace=False)
     except Exception as trace_exc:
-        first = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0][:200]  # noqa: E731
+        first = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise CompileError(
             f"torchscript: script failed ({first(script_exc)}) and trace failed ({first(trace_exc)})"
         ) from trace_exc

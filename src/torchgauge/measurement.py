@@ -72,7 +72,7 @@ def _collect_extra(name: str, workload: Workload, config: RunConfig, measured: d
         measured.update(get_metric(name).collect(workload, config, measured))
     except UnsupportedError as exc:
         measured.setdefault("metric_errors", {})[name] = f"unsupported: {exc}"
-    except Exception as exc:  # noqa: BLE001 - any failure of an optional pass is reported, not raised
+    except Exception as exc:  # any failure of an optional pass is reported, not raised
         measured.setdefault("metric_errors", {})[name] = f"{type(exc).__name__}: {exc}"
 
 

@@ -269,7 +269,7 @@ class Workload:
 
     def map_inputs(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Replace every input and target tensor ``t`` by ``fn(t)`` (e.g. a dtype cast)."""
-        apply = lambda x: fn(x) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        apply = lambda x: fn(x) if isinstance(x, torch.Tensor) else x
         self.inputs = pytree.tree_map(apply, self.inputs)
         self.targets = pytree.tree_map(apply, self.targets)
 

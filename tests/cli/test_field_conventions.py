@@ -120,12 +120,13 @@ def test_results_table_shows_precision_backend_and_noisy(cli, tmp_path) -> None:
                 "--output",
                 "p.csv",
             ],
-            "torchgauge run hf_Bert --mode train --device cuda --precision fp32 --backend inductor --compile-scope step "
-            "--csv p.csv",
+            "torchgauge run hf_Bert --mode train --device cuda --precision fp32 --backend inductor "
+            "--compile-scope step --csv p.csv",
         ),
         (
             ["--performance", "--backend", "aot_eager", "--only", "resnet50", "--bfloat16", "--batch-size", "8"],
-            "torchgauge run resnet50 --mode eval --batch-size 8 --precision bf16 --backend aot_eager --compile-scope step",
+            "torchgauge run resnet50 --mode eval --batch-size 8 --precision bf16 --backend aot_eager "
+            "--compile-scope step",
         ),
         (
             ["--accuracy", "--inference", "--inductor", "--only", "resnet50", "--amp"],

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("plotly", reason="the dashboard needs plotly (pip install plotly)")
 
-from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord  # noqa: E402
+from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 
 
 def _night(path, level: float, git: str) -> str:

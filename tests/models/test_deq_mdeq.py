@@ -20,7 +20,7 @@ def _contraction(d: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]
 
 def test_anderson_solves_an_affine_contraction() -> None:
     w, b = _contraction()
-    f = lambda z: w @ z + b  # noqa: E731  fixed point (I - W)^-1 b
+    f = lambda z: w @ z + b  # fixed point (I - W)^-1 b
     z = anderson(f, torch.zeros_like(b), threshold=40, eps=1e-12)
     expected = torch.linalg.solve(torch.eye(6, dtype=F64) - w, b)
     torch.testing.assert_close(z, expected)
@@ -28,7 +28,7 @@ def test_anderson_solves_an_affine_contraction() -> None:
 
 def test_anderson_finds_the_fixed_point_that_plain_iteration_finds() -> None:
     w, b = _contraction(seed=1)
-    f = lambda z: torch.tanh(w @ z + b)  # noqa: E731
+    f = lambda z: torch.tanh(w @ z + b)
     z = torch.zeros_like(b)
     for _ in range(300):
         z = f(z)
@@ -42,7 +42,7 @@ def test_anderson_beats_plain_iteration_on_a_slow_contraction() -> None:
     q, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=F64))
     w = q @ torch.diag(torch.linspace(-0.95, 0.95, d, dtype=F64)) @ q.T  # spectral radius 0.95
     b = 10 * torch.randn(2, d, 1, generator=gen, dtype=F64)
-    f = lambda z: w @ z + b  # noqa: E731
+    f = lambda z: w @ z + b
     expected = torch.linalg.solve(torch.eye(d, dtype=F64) - w, b)
     z = torch.zeros_like(b)
     for _ in range(25):
@@ -53,7 +53,7 @@ def test_anderson_beats_plain_iteration_on_a_slow_contraction() -> None:
 
 def test_anderson_returns_the_lowest_residual_iterate_within_the_budget() -> None:
     w, b = _contraction()
-    f = lambda z: w @ z + b  # noqa: E731
+    f = lambda z: w @ z + b
     z = anderson(f, torch.zeros_like(b), threshold=4, eps=0.0)  # budget too small to converge
     assert torch.isfinite(z).all() and (f(z) - z).norm() < b.norm()
 
@@ -64,7 +64,7 @@ def test_implicit_gradient_matches_autograd_through_unrolled_iterations() -> Non
 
     def grads(implicit: bool) -> tuple[torch.Tensor, torch.Tensor]:
         w, b = w0.clone().requires_grad_(), b0.clone().requires_grad_()
-        f = lambda z: torch.tanh(w @ z + b)  # noqa: E731
+        f = lambda z: torch.tanh(w @ z + b)
         if implicit:
             with torch.no_grad():
                 z_star = anderson(f, torch.zeros_like(b), threshold=60, eps=1e-12)
@@ -83,7 +83,7 @@ def test_implicit_gradient_matches_autograd_through_unrolled_iterations() -> Non
 def test_implicit_hook_fires_once_and_differs_from_the_one_step_gradient() -> None:
     w0, b0 = _contraction(seed=3)
     b = b0.clone().requires_grad_()
-    f = lambda z: torch.tanh(w0 @ z + b)  # noqa: E731
+    f = lambda z: torch.tanh(w0 @ z + b)
     with torch.no_grad():
         z_star = anderson(f, torch.zeros_like(b), threshold=60, eps=1e-12)
     z = implicit_backward(f, z_star, b_thres=60, eps=1e-12)

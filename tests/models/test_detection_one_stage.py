@@ -167,7 +167,7 @@ def test_dense_detections_threshold_topk_nms():
     anchors = torch.tensor([[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 10.0, 9.0], [20.0, 20.0, 30.0, 30.0]])
     scores = torch.tensor([[[0.01, 0.9], [0.01, 0.8], [0.7, 0.02]]])  # (B=1, N=3, C=2)
     deltas = torch.zeros(1, 3, 4)
-    identity = lambda d, a: a  # noqa: E731  (boxes = anchors)
+    identity = lambda d, a: a  # boxes = anchors
     common = dict(score_thresh=0.05, nms_thresh=0.5, max_detections=10)
     (result,) = dense_detections(
         [scores], [deltas], [anchors], identity, [(25, 40)], topk_candidates=10, label_offset=1, **common

@@ -22,21 +22,21 @@ from torchgauge.models.other.scientific.schnet import radius_graph
 F64 = torch.float64
 
 
-def _closed_form_j(l: int, x: torch.Tensor) -> torch.Tensor:
+def _closed_form_j(order: int, x: torch.Tensor) -> torch.Tensor:
     s, c = torch.sin(x), torch.cos(x)
     return {
         0: s / x,
         1: s / x**2 - c / x,
         2: (3 / x**2 - 1) * s / x - 3 * c / x**2,
         3: (15 / x**3 - 6 / x) * s / x - (15 / x**2 - 1) * c / x,
-    }[l]
+    }[order]
 
 
 def test_spherical_bessel_recurrence_matches_closed_forms() -> None:
     x = torch.linspace(0.5, 20.0, 200, dtype=F64)
     j = spherical_bessel(x, 3)
-    for l in range(4):
-        torch.testing.assert_close(j[:, l], _closed_form_j(l, x), rtol=1e-9, atol=1e-12)
+    for order in range(4):
+        torch.testing.assert_close(j[:, order], _closed_form_j(order, x), rtol=1e-9, atol=1e-12)
 
 
 def test_spherical_bessel_zeros_are_zeros_and_match_tabulated_values() -> None:
@@ -46,8 +46,8 @@ def test_spherical_bessel_zeros_are_zeros_and_match_tabulated_values() -> None:
     torch.testing.assert_close(
         zeros[1:4, 0], torch.tensor([4.493409457909064, 5.763459196894550, 6.987932000500520], dtype=F64)
     )
-    for l in range(7):
-        assert spherical_bessel(zeros[l], l)[:, l].abs().max() < 1e-12
+    for order in range(7):
+        assert spherical_bessel(zeros[order], order)[:, order].abs().max() < 1e-12
     assert torch.all(zeros[1:] > zeros[:-1])  # interlacing: each order's n-th zero is larger
 
 
@@ -71,12 +71,12 @@ def test_spherical_basis_entry_matches_hand_formula() -> None:
     for t, e in enumerate([1, 0]):  # triplet t uses edge e
         x = dist[e] / 5.0
         u = Envelope(5)(x.view(1))[0]
-        for l in range(3):
+        for order in range(3):
             for n in range(2):
-                norm = math.sqrt(2) / abs(_closed_form_j(l + 1, zeros[l, n]).item())
-                y = math.sqrt((2 * l + 1) / (4 * math.pi)) * legendre[l](torch.cos(angle[t]))
-                expected = norm * _closed_form_j(l, zeros[l, n] * x) * u * y
-                torch.testing.assert_close(out[t, l, n], expected, rtol=1e-6, atol=1e-9)
+                norm = math.sqrt(2) / abs(_closed_form_j(order + 1, zeros[order, n]).item())
+                y = math.sqrt((2 * order + 1) / (4 * math.pi)) * legendre[order](torch.cos(angle[t]))
+                expected = norm * _closed_form_j(order, zeros[order, n] * x) * u * y
+                torch.testing.assert_close(out[t, order, n], expected, rtol=1e-6, atol=1e-9)
 
 
 def _molecules(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -107,7 +107,7 @@ def test_facenet_loss_is_the_hand_computed_hinge() -> None:
     # four unit embeddings on a circle: identity 0 at angles 0 and 90 deg, identity 1 at 100 and 180 deg
     ang = torch.tensor([0.0, 90.0, 100.0, 180.0]).deg2rad()
     emb = torch.stack([ang.cos(), ang.sin()], 1)
-    chord = lambda deg: 2 * math.sin(math.radians(deg) / 2)  # noqa: E731
+    chord = lambda deg: 2 * math.sin(math.radians(deg) / 2)
     # anchors: 0 -> p 1 (90), n 2 (100); 1 -> p 0 (90), n 2 (10); 2 -> p 3 (80), n 1 (10); 3 -> p 2 (80), n 1 (90)
     hinge = [max(chord(p) - chord(n) + 0.2, 0.0) for p, n in [(90, 100), (90, 10), (80, 10), (80, 90)]]
     assert w.compute_loss(emb).item() == pytest.approx(sum(hinge) / 4, rel=1e-5)

@@ -104,7 +104,7 @@ def test_afno_spectral_mlp_matches_a_complex_block_diagonal_reference() -> None:
     h = torch.einsum("...bi,bio->...bo", xf, w1) + b1
     h = torch.complex(h.real.relu(), h.imag.relu())  # ReLU on real and imaginary parts separately
     o = torch.einsum("...bi,bio->...bo", h, w2) + b2
-    shrink = lambda t: t.sign() * (t.abs() - 0.05).clamp_min(0)  # noqa: E731
+    shrink = lambda t: t.sign() * (t.abs() - 0.05).clamp_min(0)
     o = torch.complex(shrink(o.real), shrink(o.imag))
     o[:, :, 4:] = 0  # columns past kept_modes are not mixed
     expected = torch.fft.irfft2(o.reshape(2, 6, 5, 8), s=(6, 8), dim=(1, 2), norm="ortho") + x.double()

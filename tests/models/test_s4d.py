@@ -31,9 +31,9 @@ def test_fft_convolution_equals_direct_causal_convolution() -> None:
     gen = torch.Generator().manual_seed(1)
     u, k = torch.randn(2, 3, 17, generator=gen, dtype=F64), torch.randn(3, 17, generator=gen, dtype=F64)
     direct = torch.zeros_like(u)
-    for l in range(17):
-        for j in range(l + 1):
-            direct[..., l] += k[:, j] * u[..., l - j]
+    for step in range(17):
+        for j in range(step + 1):
+            direct[..., step] += k[:, j] * u[..., step - j]
     torch.testing.assert_close(fft_convolution(u, k), direct)
 
 
@@ -50,9 +50,9 @@ def test_kernel_convolution_equals_the_zoh_discretised_recurrence() -> None:
         c = torch.view_as_complex(kernel.C)
         x = torch.zeros(2, 3, 4, dtype=c.dtype)
         y_rec = torch.zeros_like(u)
-        for l in range(length):
-            x = a_bar * x + b_bar * u[..., l, None]
-            y_rec[..., l] = 2 * (c * x).sum(-1).real
+        for step in range(length):
+            x = a_bar * x + b_bar * u[..., step, None]
+            y_rec[..., step] = 2 * (c * x).sum(-1).real
     torch.testing.assert_close(y_conv, y_rec)
 
 

@@ -43,7 +43,8 @@ def test_kl_is_zero_when_q_equals_the_whitened_prior() -> None:
 
 
 def test_marginals_match_the_dense_unwhitened_predictive() -> None:
-    # u = L v, q(u) = N(L m, L S L^T): f(x) ~ N(mu + K_xz K_zz^-1 L m, k_xx - K_xz K_zz^-1 K_zx + K_xz K_zz^-1 L S L^T K_zz^-1 K_zx)
+    # u = L v, q(u) = N(L m, L S L^T):
+    # f(x) ~ N(mu + K_xz K_zz^-1 L m, k_xx - K_xz K_zz^-1 K_zx + K_xz K_zz^-1 L S L^T K_zz^-1 K_zx)
     model = _model()
     x = torch.rand(5, 3, dtype=F64) * 2 - 1
     z = model.inducing_points.detach()

@@ -197,11 +197,13 @@ def render_markdown(table: dict[str, Any]) -> str:
         for mode in ("train", "eval"):
             if f"{mode}_inputs" in ours:
                 out.append(
-                    f"  - {mode} inputs {', '.join(f'`{s}`' for s in ours[f'{mode}_inputs']) or '(none: environment steps)'}"
+                    f"  - {mode} inputs "
+                    f"{', '.join(f'`{s}`' for s in ours[f'{mode}_inputs']) or '(none: environment steps)'}"
                 )
         if "seq_len" in ours:
             out.append(
-                f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, eval on CPU {ours['cpu_eval_seq_len']}"
+                f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, "
+                f"eval on CPU {ours['cpu_eval_seq_len']}"
             )
         if row.get("kept_as"):
             out.append(f"- **Kept under its own name**: {row['kept_as']}")

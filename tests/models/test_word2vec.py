@@ -22,7 +22,7 @@ def test_loss_by_hand() -> None:
     # u_0 . v_1 = 2 (positive pair); negatives 2 and 3: u_0 . v_2 = 0, u_0 . v_3 = -1
     model = _model([[1, 0], [0, 0], [0, 0], [0, 0]], [[0, 0], [2, 0], [0, 1], [-1, 0]])
     loss = model(torch.tensor([0]), torch.tensor([1]), torch.tensor([[2, 3]]))
-    softplus = lambda x: math.log1p(math.exp(x))  # noqa: E731  -log sigmoid(x) = softplus(-x)
+    softplus = lambda x: math.log1p(math.exp(x))  # -log sigmoid(x) = softplus(-x)
     expected = softplus(-2) + softplus(0) + softplus(-1)
     assert math.isclose(loss.item(), expected, rel_tol=1e-6)
 

@@ -136,7 +136,7 @@ def test_detect_thresholds_and_suppresses_per_class(model: YOLOv3):
     assert det["boxes"].dtype == torch.float32 and det["labels"].dtype == torch.int64
     assert det["scores"].tolist() == sorted(det["scores"].tolist(), reverse=True)
     assert len(det["boxes"]) == 4
-    s = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    s = lambda x: 1 / (1 + math.exp(-x))
     torch.testing.assert_close(det["scores"], torch.tensor([s(5) ** 2, s(5) ** 2, s(5) * s(4), s(4) ** 2]))
     assert sorted(det["labels"].tolist()) == [0, 0, 0, 1]
     torch.testing.assert_close(det["boxes"][det["labels"] == 1], torch.tensor([[15.0, 13.5, 25.0, 26.5]]))

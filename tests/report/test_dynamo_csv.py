@@ -165,9 +165,8 @@ def test_text_follows_output_csv() -> None:
     base, cand = _sides()
     text = format_performance_csv(dynamo_performance_rows(base, cand)["inference"])
     lines = text.split("\n")
-    assert (
-        lines[0]
-        == "dev,name,batch_size,speedup,abs_latency,compilation_latency,compression_ratio,eager_peak_mem,dynamo_peak_mem"
+    assert lines[0] == (
+        "dev,name,batch_size,speedup,abs_latency,compilation_latency,compression_ratio,eager_peak_mem,dynamo_peak_mem"
     )
     assert lines[1].startswith("cpu,m1,4,2.000000,5.000000,1.990000,2.000000,0.209715,0.104858")
     assert lines[3] == "cpu,m3,0,0.000000,0.000000,0.000000,0.000000,0.000000,0.000000"

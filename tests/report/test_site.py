@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="the dashboard needs plotly (pip install plotly)")
 
-from torchgauge.report.site import build_site, build_site_from_results  # noqa: E402
-from torchgauge.report.site.data import index_verdict, latest_run, model_history, model_slug  # noqa: E402
-from torchgauge.report.site.html import escape_html, script_json  # noqa: E402
-from torchgauge.results.store import Store  # noqa: E402
+from torchgauge.report.site import build_site, build_site_from_results
+from torchgauge.report.site.data import index_verdict, latest_run, model_history, model_slug
+from torchgauge.report.site.html import escape_html, script_json
+from torchgauge.results.store import Store
 
 
 def test_escape_html_and_script_json() -> None:

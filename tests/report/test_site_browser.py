@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("plotly", reason="the dashboard needs plotly (pip install plotly)")
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
 
-from torchgauge.report.site import build_site  # noqa: E402
-from torchgauge.report.site.data import model_slug  # noqa: E402
-from torchgauge.results.store import Store  # noqa: E402
+from torchgauge.report.site import build_site  # noqa: E402  (the importorskip checks must run before these imports)
+from torchgauge.report.site.data import model_slug  # noqa: E402  (the importorskip checks must run before these imports)
+from torchgauge.results.store import Store  # noqa: E402  (the importorskip checks must run before these imports)
 
 CHROMIUM = os.environ.get("TORCHGAUGE_CHROMIUM", "/usr/bin/chromium")
 
@@ -29,7 +29,7 @@ def browser():
     with sync_api.sync_playwright() as pw:
         try:
             chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        except Exception as exc:  # noqa: BLE001 - any launch failure means no browser here
+        except Exception as exc:  # any launch failure means no browser here
             pytest.skip(f"Chromium at {CHROMIUM} does not start: {str(exc).splitlines()[0]}")
         yield chromium
         chromium.close()

@@ -35,8 +35,9 @@ _FAKE = textwrap.dedent("""\
     runs = []
     for m in models:
         level = {levels!r}.get(m, 10.0) * (1 + 0.01 * rng.gauss(0, 1))
-        runs.append({{"model": m, "mode": mode, "device": "cpu", "status": "ok", "batch_size": 2, "requested_batch_size": None,
-                      "metrics": {{"time_ms": {{"samples": [level * (1 + 0.002 * rng.gauss(0, 1)) for _ in range(10)]}}}}}})
+        samples = [level * (1 + 0.002 * rng.gauss(0, 1)) for _ in range(10)]
+        runs.append({{"model": m, "mode": mode, "device": "cpu", "status": "ok", "batch_size": 2,
+                      "requested_batch_size": None, "metrics": {{"time_ms": {{"samples": samples}}}}}})
     json.dump({{"schema_version": 1, "env": {{"side": {side!r}}}, "runs": runs}}, open(out, "w"))
 """)
 

@@ -8,8 +8,8 @@ candidate run failed (to compile or to run) and those that failed the accuracy c
 Runs pair on (model, mode, device, precision, requested batch size); ratios below 1 mean
 the candidate is faster or leaner. ``BackendRow.speedup`` and ``compression_ratio`` are the
 reciprocals (baseline / candidate, above 1: the candidate is better), the HUD's direction,
-and :func:`compiler_summary` gives the HUD's headline figures per mode. Runs with ``fail_accuracy`` keep their ratios in the
-table but are left out of the geometric means: a fast wrong answer is not a speed-up.
+and :func:`compiler_summary` gives the HUD's headline figures per mode. Runs with ``fail_accuracy`` keep their ratios in
+the table but are left out of the geometric means: a fast wrong answer is not a speed-up.
 
 Example:
     >>> cmp = compare_backends(eager_runs, inductor_runs, baseline="eager", candidate="inductor")  # doctest: +SKIP
@@ -61,9 +61,9 @@ class BackendRow:
     compile_s: float | None = None  # the candidate's compile time, from metrics["compile"]
     graph_breaks: int | None = None
     accuracy: str | None = None  # the candidate's accuracy status when checked
-    verdict: str | None = (
-        None  # candidate time "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
-    )
+    # candidate time "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot
+    # reach alpha)
+    verdict: str | None = None
 
     @property
     def failed_accuracy(self) -> bool:

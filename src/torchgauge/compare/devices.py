@@ -36,9 +36,9 @@ class DeviceRow:
     a_ms: float | None  # median step time on side A
     b_ms: float | None
     ratio: float | None  # a_ms / b_ms: < 1 means A is faster
-    verdict: str | None = (
-        None  # A against B: "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot reach alpha)
-    )
+    # A against B: "faster" | "slower" | "same" | "inconclusive" (threshold + rank test; inconclusive: it cannot
+    # reach alpha)
+    verdict: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -141,7 +141,8 @@ def time_samples(record: RunRecord) -> list[float]:
 
 
 def time_verdict(base: RunRecord, new: RunRecord) -> str | None:
-    """``"faster"``, ``"slower"``, ``"same"`` or ``"inconclusive"`` for ``new`` against ``base``, or None without samples.
+    """``"faster"``, ``"slower"``, ``"same"`` or ``"inconclusive"`` for ``new`` against ``base``,
+    or None without samples.
 
     ``"inconclusive"``: the rank test cannot reach alpha with so few samples (e.g. three per
     side), so no difference could ever count; it is never reported as ``"same"``.

@@ -96,7 +96,7 @@ def _memory_gib() -> float | None:
         import psutil
 
         return float(round(psutil.virtual_memory().total / 2**30))
-    except Exception:  # noqa: BLE001 - optional detail of the environment
+    except Exception:  # optional detail of the environment
         return None
 
 

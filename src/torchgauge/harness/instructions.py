@@ -17,8 +17,9 @@ step count toggles collection on around exactly those steps and dumps the counte
 dump. With ``callgrind_control`` on PATH (it ships with valgrind) the child also starts
 uninstrumented (``--instr-atstart=no``) and switches instrumentation on only before the
 counted steps: start-up, import, build and warm-up then cost 3-4x less CPU (22 s instead of
-64 s of user time for ``import torch`` and a matmul, load average ~20 on 2 cores). The child runs with one intra-op thread and a fixed ``PYTHONHASHSEED``: worker
-threads spin-wait a variable number of instructions, which would make the count noisy.
+64 s of user time for ``import torch`` and a matmul, load average ~20 on 2 cores). The child runs with one intra-op
+thread and a fixed ``PYTHONHASHSEED``: worker threads spin-wait a variable number of instructions, which would make
+the count noisy.
 
 Measured on torch 2.13 (2-core shared machine, valgrind 3.19): resnet18 eval at smoke size,
 3 counted steps, 47.10M and 47.18M instructions per step in two fresh processes (0.15%

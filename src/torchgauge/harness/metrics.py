@@ -189,7 +189,7 @@ def _load_metric_modules() -> None:
     # The package imports every built-in metric module (they register on import); a caller
     # that imported only this module (``from torchgauge.harness.metrics import ...``) has
     # therefore already run it: importing it again is a dictionary look-up.
-    from .. import harness  # noqa: F401
+    from .. import harness  # noqa: F401  (imported for its side effect: the metric modules register)
 
 
 # The timed pass's quantities (measurement.py fills time_ms, the peaks and, for compiling

@@ -8,8 +8,8 @@ Reading rules:
 
 - Complete events (``"ph": "X"``) with a number ``ts`` and ``dur`` are kept; times are
   microseconds (floats where the profiler recorded nanosecond resolution), shifted by a
-  whole number of microseconds so that the first event kept starts in [0, 1). Everything else (metadata, flow arrows, counters,
-  instants, unknown categories, events missing a field) is skipped and counted by reason.
+  whole number of microseconds so that the first event kept starts in [0, 1). Everything else (metadata, flow arrows,
+  counters, instants, unknown categories, events missing a field) is skipped and counted by reason.
 - The category comes from ``cat``: ``kernel``, ``gpu_memcpy``, ``gpu_memset`` and
   ``cuda_sync`` run on a device (``args.device``, else the process id) and stream
   (``args.stream``, else the thread id); ``cpu_op``, ``python_function``,

@@ -23,5 +23,5 @@ def import_all() -> None:
     for pkg in DOMAIN_PACKAGES:
         try:
             importlib.import_module(f"{__name__}.{pkg}")
-        except Exception:  # noqa: BLE001 - recorded and reported, never swallowed silently
+        except Exception:  # recorded and reported, never swallowed silently
             IMPORT_ERRORS[pkg] = traceback.format_exc()

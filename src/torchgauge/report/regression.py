@@ -132,7 +132,8 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
         f"# torchgauge: {verdict} ({markdown_text(new_label)} vs {markdown_text(base_label)})",
         "",
         f"**{n_reg} regression(s), {n_imp} improvement(s), {len(cmp.new_failures)} new failure(s), "
-        f"{len(cmp.fixes)} fix(es), {len(cmp.inconclusive)} inconclusive** across {cmp.compared} compared configuration(s); "
+        f"{len(cmp.fixes)} fix(es), {len(cmp.inconclusive)} inconclusive** "
+        f"across {cmp.compared} compared configuration(s); "
         f"threshold {cmp.threshold:.1%}, alpha {cmp.alpha:g} after {cmp.correction} correction "
         f"(time: median change and one-sided Mann-Whitney U; memory and counts: threshold only).",
         "",

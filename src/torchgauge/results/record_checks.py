@@ -68,10 +68,10 @@ def check_run(doc: Any, where: str) -> None:
     """Types of a run record's fields (see docs/results-schema.md); SchemaError names the field."""
     if not isinstance(doc, Mapping):
         raise SchemaError(f"{where} is {_what(doc)}; accepted: an object")
-    is_str = lambda v: isinstance(v, str)  # noqa: E731
-    opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
-    opt_int = lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))  # noqa: E731
-    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    is_str = lambda v: isinstance(v, str)
+    opt_str = lambda v: v is None or isinstance(v, str)
+    opt_int = lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool))
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
     for key in ("model", "mode", "device", "status", "precision", "backend", "size"):
         expect_field(doc, key, is_str, "a string", where)
     for key in ("domain", "error", "started_at"):

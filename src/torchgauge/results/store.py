@@ -191,7 +191,8 @@ class Store(StoreQueries):
             return int(row[0])
         device = env.get("gpu_name") or env.get("cpu_model")
         cur = self._conn.execute(
-            "INSERT INTO environments (env_hash, torch_version, torch_git_version, machine_fingerprint, device_name, env_json)"
+            "INSERT INTO environments"
+            " (env_hash, torch_version, torch_git_version, machine_fingerprint, device_name, env_json)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             (
                 digest,
@@ -289,7 +290,8 @@ class Store(StoreQueries):
         with self._transaction():
             env_id = self._env_id(results.env)
             cur = self._conn.execute(
-                "INSERT INTO suites (created_at, torchgauge_version, env_id, source, completed_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO suites (created_at, torchgauge_version, env_id, source, completed_at)"
+                " VALUES (?, ?, ?, ?, ?)",
                 (
                     results.created_at or _now(),
                     results.torchgauge_version,

@@ -34,6 +34,9 @@ PRELOAD_MODULES = ["torchgauge._preload"]
 # The selected models' own heavy imports (ModelSpec.preload), comma-separated, for _preload.
 PRELOAD_ENV = "TORCHGAUGE_PRELOAD"
 
+# run_suite's default options; RunnerOptions is frozen, so one shared instance is safe.
+_DEFAULT_OPTIONS = RunnerOptions()
+
 
 def _precheck(config: RunConfig) -> tuple[str, RunRecord | None]:
     """The model's domain ("" for an unknown model) and, when it is decided without starting a
@@ -100,7 +103,7 @@ def _mp_context(options: RunnerOptions, configs: Sequence[RunConfig]):
 
 def run_suite(
     configs: Sequence[RunConfig] | Iterable[RunConfig],
-    options: RunnerOptions = RunnerOptions(),
+    options: RunnerOptions = _DEFAULT_OPTIONS,
     *,
     on_result: Callable[[RunRecord], None] | None = None,
     on_start: Callable[[RunConfig], None] | None = None,

@@ -36,7 +36,8 @@ def import_zoo_package(package: str, name: str) -> ModuleType:
         if exc.name != package and not (exc.name or "").startswith(package + "."):
             raise UnknownModelError(f"{name}: {package} is installed but does not import: {exc}") from None
         raise UnknownModelError(
-            f"{name} needs the {package} package, which is not installed (pip install {package}, a build for your torch)"
+            f"{name} needs the {package} package, which is not installed "
+            f"(pip install {package}, a build for your torch)"
         ) from None
     except Exception as exc:  # e.g. torchvision built for another torch: operator registration fails
         first = (str(exc).strip().splitlines() or [""])[0][:200]

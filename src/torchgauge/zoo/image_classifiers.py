@@ -37,5 +37,5 @@ def classifier_workload(
     images = ctx.randn(ctx.batch_size, channels, height, width)
     labels = ctx.randint(0, num_classes, (ctx.batch_size,))
     optimizer = ctx.optimizer(module.parameters(), "sgd", lr=1e-3) if ctx.train else None
-    loss: Callable[[Any, Any], Any] = lambda out, target: nn.functional.cross_entropy(main_logits(out), target)  # noqa: E731
+    loss: Callable[[Any, Any], Any] = lambda out, target: nn.functional.cross_entropy(main_logits(out), target)
     return Workload(ctx, module, (images,), labels, loss_fn=loss, optimizer=optimizer)

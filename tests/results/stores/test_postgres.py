@@ -107,7 +107,8 @@ def test_schema_matches_sqlite_column_for_column(pg_url, tmp_path) -> None:
             pg_cols = [
                 (name, nullable == "NO")
                 for name, nullable in pg._conn.execute(
-                    "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                    "SELECT column_name, is_nullable FROM information_schema.columns"
+                    " WHERE table_name = ? ORDER BY ordinal_position",
                     (table,),
                 )
             ]
@@ -123,7 +124,8 @@ _WRITER = textwrap.dedent("""
     print(suite, flush=True)
     sys.stdin.readline()  # both writers start writing together
     for i in range(int(sys.argv[2])):
-        store.add_run(suite, RunRecord(RunConfig(f"{sys.argv[3]}{i}"), "ok", metrics={"time_ms": {"samples": [1.0, 2.0]}}))
+        record = RunRecord(RunConfig(f"{sys.argv[3]}{i}"), "ok", metrics={"time_ms": {"samples": [1.0, 2.0]}})
+        store.add_run(suite, record)
     print("done", flush=True)
 """)
 

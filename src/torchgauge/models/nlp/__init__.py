@@ -6,7 +6,7 @@ from . import (  # noqa: F401  (registers models)
     convs2s,
     gpt,
     gpt_fast,
-    hf,  # noqa: F401  (registers models)
+    hf,
     llama,
     modded_nanogpt,
     transformer,

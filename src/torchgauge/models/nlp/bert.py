@@ -107,6 +107,6 @@ def _create_bert(ctx: BuildContext, **kwargs) -> Workload:
     notes="param_count: the reference implementation at the suite's 20,005-word vocabulary; "
     "eval batch 2 on CPU, as TorchBench (16 / 8)",
 )
-def BERT_pytorch(ctx: BuildContext, **kwargs) -> Workload:  # noqa: N802 (the suite's name)
+def BERT_pytorch(ctx: BuildContext, **kwargs) -> Workload:  # the suite's name
     """BERT-base (12 layers, 768 wide, 12 heads) with masked-LM and next-sentence heads."""
     return _create_bert(ctx, **kwargs)

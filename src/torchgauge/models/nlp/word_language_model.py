@@ -89,7 +89,7 @@ class RNNModel(nn.Module):
     def init_hidden(self, batch_size: int) -> Hidden:
         """Zero state ``(L, B, H)`` (a pair for the LSTM) in the parameters' dtype and device."""
         weight = next(self.parameters())
-        zeros = lambda: weight.new_zeros(self.nlayers, batch_size, self.nhid)  # noqa: E731
+        zeros = lambda: weight.new_zeros(self.nlayers, batch_size, self.nhid)
         return (zeros(), zeros()) if self.rnn_type == "LSTM" else zeros()
 
 

@@ -163,7 +163,8 @@ class NTN(nn.Module):
     def score_relation(
         e1: torch.Tensor, e2: torch.Tensor, w: torch.Tensor, v: torch.Tensor, b: torch.Tensor, u: torch.Tensor
     ) -> torch.Tensor:
-        """``g(e1, R, e2)`` for ``(M, d)`` entity vectors of one relation with parameters ``W_R, V_R, b_R, u_R``: ``(M,)``."""
+        """``g(e1, R, e2)`` for ``(M, d)`` entity vectors of one relation with parameters ``W_R, V_R, b_R, u_R``:
+        ``(M,)``."""
         hidden = torch.tanh(F.bilinear(e1, e2, w, b) + F.linear(torch.cat((e1, e2), 1), v))  # (M, k)
         return hidden @ u
 

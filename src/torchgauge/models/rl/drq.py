@@ -142,7 +142,7 @@ class DrQ(OffPolicyWorkload):
         agent, cfg = self.module, self.cfg
         self.collect()
         batch = self.buffer.sample(self.batch_size)
-        shift = lambda x: random_shift(x.float(), cfg.image_pad, self.augment_generator)  # noqa: E731
+        shift = lambda x: random_shift(x.float(), cfg.image_pad, self.augment_generator)
         obs, obs_aug = shift(batch["obs"]), shift(batch["obs"])
         next_obs, next_obs_aug = shift(batch["next_obs"]), shift(batch["next_obs"])
         reward, terminal = batch["reward"], batch["terminal"]

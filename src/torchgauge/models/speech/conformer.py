@@ -286,7 +286,8 @@ class ConformerCTC(nn.Module):
         return self.encode(feats, frames)
 
     def encode(self, feats: torch.Tensor, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-mel frames ``(B, T, n_mels)``, valid counts ``(B,)`` to logits ``(B, T', vocab)``, ``T'`` per utterance."""
+        """Log-mel frames ``(B, T, n_mels)``, valid counts ``(B,)`` to logits ``(B, T', vocab)``,
+        ``T'`` per utterance."""
         x, out_lengths = self.subsampling(feats, frames)
         T, d = x.shape[1:]
         x = self.dropout(x * math.sqrt(d))  # ESPnet's xscale before relative-position blocks

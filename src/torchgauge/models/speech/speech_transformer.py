@@ -146,7 +146,8 @@ class RecognitionWorkload(Workload):
 
 
 def _transcripts(ctx: BuildContext, sos_id: int, eos_id: int, max_len: int) -> tuple[torch.Tensor, ...]:
-    """Decoder inputs ``<sos> y <eos>...``, their validity mask and targets ``y <eos> -1...``, each ``(B, max_len + 1)``."""
+    """Decoder inputs ``<sos> y <eos>...``, their validity mask and targets ``y <eos> -1...``, each
+    ``(B, max_len + 1)``."""
     lengths = random_lengths(ctx, ctx.batch_size, max_len, min_len=max_len // 2)
     chars = ctx.randint(1, sos_id, (ctx.batch_size, max_len))  # 0 is <blank> in the dictionary
     inside = length_mask(lengths, max_len)

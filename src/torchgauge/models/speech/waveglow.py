@@ -37,8 +37,8 @@ the fused ``cond_layer``. ``W`` is cast to float32 for ``logdet`` (torch has no 
 ``logdet``), as NVIDIA's DeepLearningExamples WaveGlow does and as the reference casts it for the
 inverse; the reference trains fp16 with apex AMP (fp32 weights), so it never hit this. Weight
 norm is ``torch.nn.utils.parametrizations.weight_norm`` (the reference uses the legacy hook; same
-function); the gate is a plain function, not ``torch.jit.script``; the orthogonal init uses ``torch.linalg.qr`` (the reference's ``torch.qr``
-is deprecated). The affine coupling is its own module (the reference writes it inline in
+function); the gate is a plain function, not ``torch.jit.script``; the orthogonal init uses ``torch.linalg.qr`` (the
+reference's ``torch.qr`` is deprecated). The affine coupling is its own module (the reference writes it inline in
 ``WaveGlow.forward``/``infer``). Data are synthetic: seeded harmonic tones (HiFi-GAN's helper),
 their log-mel (Slaney filterbank, fmax 8 kHz, ``log(clamp(x, 1e-5))``) computed at build time
 with HiFi-GAN's ``mel_spectrogram`` (``center=False`` with reflect padding: 62 frames for 16000

@@ -141,7 +141,7 @@ class WaveNet(nn.Module):
 
     def init_queues(self, batch: int, like: torch.Tensor) -> list[deque[torch.Tensor]]:
         """Empty generation state: for the causal layer and each residual layer, ``dilation`` zero inputs."""
-        zeros = lambda c: like.new_zeros(batch, c, dtype=self.causal.weight.dtype)  # noqa: E731
+        zeros = lambda c: like.new_zeros(batch, c, dtype=self.causal.weight.dtype)
         return [deque([zeros(self.cfg.quantization_channels)])] + [
             deque(zeros(self.cfg.residual_channels) for _ in range(layer.dilation)) for layer in self.layers
         ]

@@ -1,6 +1,6 @@
 """Vision models: classification families here; detection and generation in subpackages."""
 
-from . import (  # noqa: F401  (registers models)  # noqa: F401  (registers models)
+from . import (  # noqa: F401  (registers models)
     alexnet,
     cifar_resnet,
     decorrelated_batch_norm,
@@ -12,7 +12,7 @@ from . import (  # noqa: F401  (registers models)  # noqa: F401  (registers mode
     mobilenet,
     mri_varnet,
     nfnet,
-    ocr,  # noqa: F401  (registers models)
+    ocr,
     quantized,
     regnet,
     resnest,

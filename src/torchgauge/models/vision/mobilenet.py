@@ -206,6 +206,7 @@ def efficientnet_b0(ctx: BuildContext, **kwargs) -> Workload:
     batch_size=(32, 64), param_count=5_288_548,
 )  # fmt: skip
 def timm_efficientnet(ctx: BuildContext, **kwargs) -> Workload:
-    """TorchBench's timm_efficientnet: EfficientNet-B0 (timm efficientnet_b0, no classifier dropout), timm's SGD step."""
+    """TorchBench's timm_efficientnet: EfficientNet-B0 (timm efficientnet_b0, no classifier dropout),
+    timm's SGD step."""
     cfg = replace(_efficientnet_b0_config(), **{"dropout": 0.0, **kwargs})  # TorchBench passes drop_rate=0.0
     return timm_classification(ctx, MobileNet(cfg), image_size=ctx.pick(224, 64), num_classes=cfg.num_classes)

@@ -180,11 +180,13 @@ def dm_nfnet_f0(ctx: BuildContext, **kwargs) -> Workload:
 
 
 @register_model(
-    domain="vision", task="classification", source="Brock et al., NFNets, 2021; timm dm_nfnet_f0 via TorchBench's timm harness",
+    domain="vision", task="classification",
+    source="Brock et al., NFNets, 2021; timm dm_nfnet_f0 via TorchBench's timm harness",
     batch_size=(128, 128), param_count=71_489_284,
 )  # fmt: skip
 def timm_nfnet(ctx: BuildContext, **kwargs) -> Workload:
-    """TorchBench's timm_nfnet: NFNet-F0 (timm dm_nfnet_f0, no classifier dropout) at 192 px in both modes, timm's SGD step."""
+    """TorchBench's timm_nfnet: NFNet-F0 (timm dm_nfnet_f0, no classifier dropout) at 192 px in both modes,
+    timm's SGD step."""
     # TorchBench feeds default_cfg["input_size"] (the 192 px train resolution) to eval as well.
     cfg = _nfnet_config(ctx, NFNetConfig(), **{"dropout": 0.0, **kwargs})  # TorchBench passes drop_rate=0.0
     return timm_classification(ctx, NFNet(cfg), image_size=ctx.pick(192, 32), num_classes=cfg.num_classes)

@@ -38,7 +38,7 @@ class SqueezeNet(nn.Module):
 
     def __init__(self, num_classes: int = 1000, dropout: float = 0.5) -> None:
         super().__init__()
-        pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+        pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
         self.features = nn.Sequential(
             nn.Conv2d(3, 64, 3, 2), nn.ReLU(inplace=True), pool(),  # (B, 64, 55, 55) at 224
             Fire(64, 16, 64, 64), Fire(128, 16, 64, 64), pool(),  # (B, 128, 27, 27)

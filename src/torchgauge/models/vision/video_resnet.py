@@ -162,7 +162,7 @@ class C3D(nn.Module):
     def __init__(self, cfg: C3DConfig) -> None:
         super().__init__()
         c1, c2, c3, c4, c5 = cfg.widths
-        conv = lambda i, o: nn.Conv3d(i, o, 3, padding=1)  # noqa: E731
+        conv = lambda i, o: nn.Conv3d(i, o, 3, padding=1)
         self.conv1, self.conv2 = conv(3, c1), conv(c1, c2)
         self.conv3a, self.conv3b = conv(c2, c3), conv(c3, c3)
         self.conv4a, self.conv4b = conv(c3, c4), conv(c4, c4)

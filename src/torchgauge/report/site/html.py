@@ -166,7 +166,8 @@ def index_page(latest: LatestRun, *, title: str) -> str:
     for name in FILTER_COLUMNS:
         col = [c[0] for c in INDEX_COLUMNS].index(name)
         filters.append(
-            f'<select class="filter" data-col="{col}" aria-label="{name}"><option value="">{name}: all</option></select>'
+            f'<select class="filter" data-col="{col}" aria-label="{name}">'
+            f'<option value="">{name}: all</option></select>'
         )
     filters.append('<label><input id="filter-noisy" type="checkbox"> noisy only</label>')
     previous = (
@@ -235,8 +236,10 @@ def model_page(history: ModelHistory, traces: dict[str, str | None]) -> str:
     runs = []
     for label, points in history.points.items():
         rows = "".join(
-            f"<tr><td>{p['run']}</td><td>{escape_html(p['date'][:19].replace('T', ' '))}</td><td>{escape_html(p['status'])}</td>"
-            f'<td class="err">{escape_html((p["error"] or "").strip().splitlines()[-1] if (p["error"] or "").strip() else "")}</td>'
+            f"<tr><td>{p['run']}</td><td>{escape_html(p['date'][:19].replace('T', ' '))}</td>"
+            f"<td>{escape_html(p['status'])}</td>"
+            '<td class="err">'
+            f"{escape_html((p['error'] or '').strip().splitlines()[-1] if (p['error'] or '').strip() else '')}</td>"
             f'<td><a href="#env-{p["env"]}">env {p["env"]}</a></td>'
             f"<td>{_trace_links([(t, traces.get(t)) for t in p['traces']])}</td></tr>"
             for p in points

@@ -179,7 +179,7 @@ class PostgresStore(Store):
     MIGRATIONS = MIGRATIONS
     SCHEMA_VERSION = STORE_SCHEMA_VERSION
 
-    def __init__(self, url: str, *, create: bool = True) -> None:  # noqa: D107 - no SQLite file to open
+    def __init__(self, url: str, *, create: bool = True) -> None:
         try:
             import psycopg
         except ImportError:

@@ -20,13 +20,16 @@ from .spec import MeasureSpec
 
 __all__ = ["run_bisect"]
 
+# run_bisect's default judging; Judging is frozen, so one shared instance is safe.
+_DEFAULT_JUDGING = Judging()
+
 
 def run_bisect(
     source: PointSource,
     spec: MeasureSpec,
     *,
     measure: MeasureFn | None = None,
-    judging: Judging = Judging(),
+    judging: Judging = _DEFAULT_JUDGING,
     multiple: bool = False,
     cache_dir: str | Path | None = None,
     on_event: Callable[[str], None] | None = None,

@@ -114,7 +114,8 @@ def _batches(ctx: BuildContext, vocab: int) -> list:
     domain="nlp", task="question_answering",
     source="Devlin et al., BERT, 2019; fastNLP BertForQuestionAnswering on simulated CMRC2018 (TorchBench)",
     batch_size=(6, 1), preload=HF_PRELOAD, tags=("hf",), param_count=101_678_594,
-    notes="one step = TorchBench's whole prefetched set: 5 accumulated backwards of 6 x 474 tokens (no optimizer step, as fastNLP's update_every=10), or 4 forwards of 1",
+    notes="one step = TorchBench's whole prefetched set: 5 accumulated backwards of 6 x 474 tokens "
+          "(no optimizer step, as fastNLP's update_every=10), or 4 forwards of 1",
 )  # fmt: skip
 def fastNLP_Bert(ctx: BuildContext, **overrides: Any) -> Workload:
     """BERT-base (Chinese vocabulary) + start/end head on 474-token question+context samples."""

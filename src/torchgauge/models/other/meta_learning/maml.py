@@ -216,7 +216,8 @@ _OMNIGLOT_SOURCE = "Finn et al., MAML, 2017; facebookresearch/higher maml-omnigl
     param_count=1_761,
 )
 def maml_sinusoid(ctx: BuildContext, **kwargs) -> Workload:
-    """Sine-wave regression MAML: 1-40-40-1 MLP, 10 shots, 25 tasks, one inner step (TorchBench's maml: maml_strided_conv)."""
+    """Sine-wave regression MAML: 1-40-40-1 MLP, 10 shots, 25 tasks, one inner step
+    (TorchBench's maml: maml_strided_conv)."""
     return _create_maml_sine(ctx, **kwargs)
 
 

@@ -93,7 +93,8 @@ def relative_euclidean_distance(x: torch.Tensor, x_hat: torch.Tensor) -> torch.T
 
 
 def gmm_parameters(z: torch.Tensor, gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mixture weights ``(K,)``, means ``(K, D)`` and covariances ``(K, D, D)`` from ``z (N, D)``, ``gamma (N, K)`` (Eq. 5)."""
+    """Mixture weights ``(K,)``, means ``(K, D)`` and covariances ``(K, D, D)`` from ``z (N, D)``, ``gamma (N, K)``
+    (Eq. 5)."""
     sum_gamma = gamma.sum(0)  # (K,)
     phi = sum_gamma / gamma.shape[0]
     mu = (gamma.unsqueeze(-1) * z.unsqueeze(1)).sum(0) / sum_gamma.unsqueeze(-1)  # (K, D)
@@ -122,7 +123,8 @@ def sample_energy(
 def dagmm_loss(
     x: torch.Tensor, x_hat: torch.Tensor, z: torch.Tensor, gamma: torch.Tensor, cfg: DAGMMConfig
 ) -> torch.Tensor:
-    """``mean (x - x')^2 + lambda1 mean E(z) + lambda2 sum 1 / Sigma_kjj`` with GMM parameters from the batch (Eq. 7)."""
+    """``mean (x - x')^2 + lambda1 mean E(z) + lambda2 sum 1 / Sigma_kjj`` with GMM parameters from the
+    batch (Eq. 7)."""
     energy, cov_diag = sample_energy(z, *gmm_parameters(z, gamma))
     return F.mse_loss(x_hat, x) + cfg.lambda_energy * energy.mean() + cfg.lambda_cov_diag * cov_diag
 
@@ -169,7 +171,8 @@ class DAGMM(nn.Module):
             getattr(self, name).copy_(value)
 
     def detect(self, x: torch.Tensor, ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Energies ``(N,)`` under the stored GMM and anomaly flags ``(N,)``: energy above the ``1 - ratio`` quantile."""
+        """Energies ``(N,)`` under the stored GMM and anomaly flags ``(N,)``:
+        energy above the ``1 - ratio`` quantile."""
         _, z, _ = self(x)
         energy, _ = sample_energy(z, self.phi, self.mu, self.cov)
         threshold = torch.quantile(energy, 1 - ratio)

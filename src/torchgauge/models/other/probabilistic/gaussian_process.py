@@ -97,7 +97,8 @@ class ExactGP(nn.Module):
         return self.outputscale * torch.exp(-0.5 * sq.clamp_min(0))
 
     def factor(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Cholesky factor ``L`` of ``K_y = K + (sigma^2 + jitter) I``, ``alpha = K_y^-1 r``, ``r = y - mu`` ``(N, 1)``."""
+        """Cholesky factor ``L`` of ``K_y = K + (sigma^2 + jitter) I``, ``alpha = K_y^-1 r``, ``r = y - mu``
+        ``(N, 1)``."""
         k = self.kernel(x, x)
         k.diagonal().add_(self.noise + JITTER * self.outputscale)
         chol = torch.linalg.cholesky(k)  # (N, N) lower

@@ -71,7 +71,8 @@ def _searchsorted(bin_locations: torch.Tensor, inputs: torch.Tensor) -> torch.Te
 
 
 def _knots(unnormalized: torch.Tensor, low: float, high: float, min_size: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax bin sizes (at least ``min_size`` of the range) -> knot positions ``(..., K+1)`` and sizes ``(..., K)``."""
+    """Softmax bin sizes (at least ``min_size`` of the range) -> knot positions ``(..., K+1)`` and sizes
+    ``(..., K)``."""
     num_bins = unnormalized.shape[-1]
     sizes = min_size + (1 - min_size * num_bins) * F.softmax(unnormalized, dim=-1)
     knots = F.pad(torch.cumsum(sizes, dim=-1), pad=(1, 0), mode="constant", value=0.0)
@@ -259,7 +260,8 @@ class ResidualNet(nn.Module):
 
 
 class RationalQuadraticCDF(nn.Module):
-    """An unconditional elementwise spline with its own parameters ``(D, K)`` (nflows' PiecewiseRationalQuadraticCDF)."""
+    """An unconditional elementwise spline with its own parameters ``(D, K)`` (nflows'
+    PiecewiseRationalQuadraticCDF)."""
 
     def __init__(self, features: int, num_bins: int, tail_bound: float) -> None:
         super().__init__()
@@ -269,7 +271,7 @@ class RationalQuadraticCDF(nn.Module):
         self.unnormalized_derivatives = nn.Parameter(torch.rand(features, num_bins - 1))
 
     def _spline(self, x: torch.Tensor, inverse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        shared = lambda p: p[None].expand(x.shape[0], *p.shape)  # noqa: E731  (same spline for every row)
+        shared = lambda p: p[None].expand(x.shape[0], *p.shape)  # same spline for every row
         y, logabsdet = unconstrained_rational_quadratic_spline(
             x,
             shared(self.unnormalized_widths),

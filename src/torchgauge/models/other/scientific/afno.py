@@ -18,8 +18,8 @@ rfft columns (fraction 1: 46 of the 91 at full size) and the remaining modes are
 
 Training as the reference's pre-training: next-step (6 h) prediction, Adam lr 5e-4, its ``LpLoss``
 (FNO's relative L2 error per sample, averaged over the batch, rather than MSE: here
-``relative_l2_loss(reduction="mean")``). Batch: the reference's 64 is global over 64 GPUs, 1 per device; we use 1. Eval: the
-reference's autoregressive inference, each prediction fed back as the next input, for 4 steps (one
+``relative_l2_loss(reduction="mean")``). Batch: the reference's 64 is global over 64 GPUs, 1 per device; we use 1. Eval:
+the reference's autoregressive inference, each prediction fed back as the next input, for 4 steps (one
 day). Data are synthetic z-scored fields: smooth random fields advected eastward by one patch per
 step, so the timed step does not depend on real ERA5 data. Differences: the reference defines a
 final LayerNorm (``self.norm``) its forward never calls; it is left out (1,536 parameters); dropout

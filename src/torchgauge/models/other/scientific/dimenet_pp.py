@@ -68,8 +68,8 @@ def spherical_bessel(x: torch.Tensor, max_order: int) -> torch.Tensor:
     """``j_0 .. j_max_order`` at ``x`` ``(...)`` -> ``(..., max_order + 1)`` by upward recurrence."""
     j_prev, j = torch.cos(x) / x, torch.special.spherical_bessel_j0(x)  # j_{-1}, j_0
     orders = [j]
-    for l in range(max_order):
-        j_prev, j = j, (2 * l + 1) / x * j - j_prev
+    for order in range(max_order):
+        j_prev, j = j, (2 * order + 1) / x * j - j_prev
         orders.append(j)
     return torch.stack(orders, dim=-1)
 
@@ -82,12 +82,12 @@ def spherical_bessel_zeros(num_orders: int, num_zeros: int) -> torch.Tensor:
     """
     points = torch.arange(1, num_zeros + num_orders, dtype=torch.float64) * math.pi  # zeros of j_0
     zeros = [points[:num_zeros]]
-    for l in range(1, num_orders):
+    for order in range(1, num_orders):
         lo, hi = points[:-1].clone(), points[1:].clone()
-        sign_lo = torch.sign(spherical_bessel(lo, l)[..., l])
+        sign_lo = torch.sign(spherical_bessel(lo, order)[..., order])
         for _ in range(BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
-            same = torch.sign(spherical_bessel(mid, l)[..., l]) == sign_lo
+            same = torch.sign(spherical_bessel(mid, order)[..., order]) == sign_lo
             lo, hi = torch.where(same, mid, lo), torch.where(same, hi, mid)
         points = 0.5 * (lo + hi)
         zeros.append(points[:num_zeros])

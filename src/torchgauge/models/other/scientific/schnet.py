@@ -15,7 +15,8 @@ configuration) and AdamW with lr 5e-4. Eval predicts energies and forces (grad e
 
 Differences: the radius graph compares all pairs of atoms of the batch (torch_cluster's
 ``radius_graph`` does so per molecule on the GPU, with a k-d tree on the CPU; the edges are the
-same, and PyG's ``max_num_neighbors=32`` never truncates molecules of at most 29 atoms); no atom reference energies, mean/std or dipole options.
+same, and PyG's ``max_num_neighbors=32`` never truncates molecules of at most 29 atoms); no atom reference energies,
+mean/std or dipole options.
 
 Data: QM9-like molecules, synthetic and seeded: 10 to 29 atoms each with H/C/N/O/F drawn at
 QM9's element frequencies, placed on distinct sites of a 4x4x4 grid of 1.4 Å spacing with
@@ -77,7 +78,8 @@ def radius_graph(pos: torch.Tensor, batch: torch.Tensor, cutoff: float) -> torch
 
 
 def scatter_sum(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
-    """Rows of ``src`` ``(E, C)`` summed into ``(dim_size, C)`` by ``index`` ``(E,)`` (PyG's ``scatter(reduce="sum")``)."""
+    """Rows of ``src`` ``(E, C)`` summed into ``(dim_size, C)`` by ``index`` ``(E,)`` (PyG's
+    ``scatter(reduce="sum")``)."""
     index = index.unsqueeze(-1).expand_as(src)
     return src.new_zeros(dim_size, src.shape[-1]).scatter_add_(0, index, src)
 

@@ -93,7 +93,8 @@ class MoCo(nn.Module):
 
 
 class MoCoPairsWorkload(Workload):
-    """One step over every (query, key) pair among the inputs: an SGD iteration each (train) or a forward each (eval)."""
+    """One step over every (query, key) pair among the inputs: an SGD iteration each (train)
+    or a forward each (eval)."""
 
     def _pairs(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return list(zip(self.inputs[0::2], self.inputs[1::2]))

@@ -214,7 +214,8 @@ class LFADS(nn.Module):
     def decode(
         self, g0: torch.Tensor, ci: torch.Tensor, sample: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Unroll controller and generator: factors ``(B, T, fac_dim)``, inferred-input means and stds ``(B, T, co_dim)``."""
+        """Unroll controller and generator: factors ``(B, T, fac_dim)``, inferred-input means and stds
+        ``(B, T, co_dim)``."""
         gen_init = self.ic_to_g0(g0)  # (B, gen_dim)
         gen = gen_init
         con = torch.tile(self.con_h0, (g0.shape[0], 1))

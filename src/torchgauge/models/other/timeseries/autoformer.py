@@ -106,7 +106,8 @@ class SeasonalLayerNorm(nn.Module):
 
 
 def cross_correlation(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """Circular ``corr[..., tau] = sum_t q[..., t + tau] k[..., t]`` of every lag at once (Wiener-Khinchin): ``(..., L)``."""
+    """Circular ``corr[..., tau] = sum_t q[..., t + tau] k[..., t]`` of every lag at once (Wiener-Khinchin):
+    ``(..., L)``."""
     q_fft = torch.fft.rfft(queries, dim=-1)
     k_fft = torch.fft.rfft(keys, dim=-1)
     return torch.fft.irfft(q_fft * torch.conj(k_fft), n=queries.shape[-1], dim=-1)

@@ -72,7 +72,8 @@ class EfficientDetConfig:
     def anchor_shapes(self) -> list[list[tuple[float, float]]]:
         """Anchor ``(width, height)`` per level: 3 scales x 3 aspect ratios, scales slowest."""
         return [
-            [(self.anchor_scale * s * 2 ** (i / self.num_scales) * rw, self.anchor_scale * s * 2 ** (i / self.num_scales) * rh)
+            [(self.anchor_scale * s * 2 ** (i / self.num_scales) * rw,
+              self.anchor_scale * s * 2 ** (i / self.num_scales) * rh)
              for i in range(self.num_scales) for rw, rh in self.aspect_ratios]
             for s in STRIDES
         ]  # fmt: skip

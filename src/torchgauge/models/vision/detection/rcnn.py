@@ -252,7 +252,8 @@ def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     domain="vision", task="instance_segmentation",
     source=DETECTRON2_SOURCE + "; LazyConfig common/models/mask_rcnn_fpn.py (TorchBench detectron2_maskrcnn)",
     batch_size=(1, 1), param_count=44_343_216,
-    notes="the network of detectron2_maskrcnn_r_50_fpn built from Detectron2's LazyConfig; TorchBench trains it by SGD at lr 0",
+    notes="the network of detectron2_maskrcnn_r_50_fpn built from Detectron2's LazyConfig; "
+          "TorchBench trains it by SGD at lr 0",
 )  # fmt: skip
 def detectron2_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN R50-FPN from Detectron2's LazyConfig model zoo; training steps ``SGD(params, lr=0.0)``."""

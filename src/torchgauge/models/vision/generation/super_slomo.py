@@ -176,6 +176,6 @@ def _create_super_slomo(ctx: BuildContext, *, image_size: int = 352, width: int 
     param_count=39_610_473,  # flow U-Net 19,794,116 + interpolation U-Net 19,816,357
     notes="Loss without the VGG16 perceptual term (needs pretrained weights); smoke is 32x32 at 1/4 width.",
 )
-def Super_SloMo(ctx: BuildContext, **kwargs: Any) -> Workload:  # noqa: N802 (TorchBench name)
+def Super_SloMo(ctx: BuildContext, **kwargs: Any) -> Workload:  # TorchBench's name
     """Flow and arbitrary-time interpolation U-Nets with backward warping, 352x352 frames."""
     return _create_super_slomo(ctx, **kwargs)

@@ -205,7 +205,7 @@ class SVDHead(nn.Module):
     def forward(
         self, src_emb: torch.Tensor, tgt_emb: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        b, d_k = src.size(0), src_emb.size(1)
+        d_k = src_emb.size(1)
         scores = torch.matmul(src_emb.transpose(2, 1).contiguous(), tgt_emb) / math.sqrt(d_k)  # (B, N, M)
         scores = torch.softmax(scores, dim=2)
         src_corr = torch.matmul(tgt, scores.transpose(2, 1).contiguous())  # (B, 3, N): soft matches in tgt
@@ -309,7 +309,8 @@ def _create_dcp(ctx: BuildContext, **kwargs) -> Workload:
     param_count=5_568_896,  # counted from the reference's DCP-v2 with default args
     unsupported_precisions=("fp16", "bf16", "amp"),
     notes="fp16/bf16/amp unsupported: torch.linalg.svd and torch.linalg.det have no half-precision "
-    "kernels (under CPU autocast the det's LU fails in bf16). Batch = pairs of 1024-point clouds. The SVD head loops over the batch with a "
+    "kernels (under CPU autocast the det's LU fails in bf16). Batch = pairs of 1024-point clouds. "
+    "The SVD head loops over the batch with a "
     "data-dependent reflection branch (a device sync per sample), as the reference.",
 )
 def deep_closest_point(ctx: BuildContext, **kwargs) -> Workload:

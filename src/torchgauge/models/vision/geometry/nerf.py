@@ -121,7 +121,8 @@ class NeRFMLP(nn.Module):
 def raw2outputs(
     raw: torch.Tensor, z_vals: torch.Tensor, rays_d: torch.Tensor, raw_noise_std: float = 0.0, white_bkgd: bool = False
 ) -> tuple[torch.Tensor, ...]:
-    """Volume rendering of ``raw (R, S, 4)`` at depths ``z_vals (R, S)``: rgb ``(R, 3)``, disp, acc, weights ``(R, S)``, depth."""
+    """Volume rendering of ``raw (R, S, 4)`` at depths ``z_vals (R, S)``: rgb ``(R, 3)``, disp, acc,
+    weights ``(R, S)``, depth."""
     dists = z_vals[..., 1:] - z_vals[..., :-1]
     dists = torch.cat([dists, torch.full_like(dists[..., :1], LAST_INTERVAL)], -1)
     dists = dists * torch.norm(rays_d[..., None, :], dim=-1)  # depth steps -> distances along the ray
@@ -143,7 +144,8 @@ def raw2outputs(
 
 
 def sample_pdf(bins: torch.Tensor, weights: torch.Tensor, n_samples: int, det: bool = False) -> torch.Tensor:
-    """``(R, M + 1)`` bin edges, ``(R, M)`` weights -> ``(R, n_samples)`` inverse-CDF samples of the piecewise-uniform pdf."""
+    """``(R, M + 1)`` bin edges, ``(R, M)`` weights -> ``(R, n_samples)`` inverse-CDF samples of the
+    piecewise-uniform pdf."""
     weights = weights + 1e-5  # no empty bins
     pdf = weights / torch.sum(weights, -1, keepdim=True)
     cdf = torch.cumsum(pdf, -1)

@@ -200,7 +200,8 @@ def _create_pointnet2(ctx: BuildContext, **kwargs) -> Workload:
     unsupported_precisions=("fp16",),
     notes="fp16 unsupported: in pure float16 Adam's second moment g^2 underflows to 0 for the "
     "first layer's small gradients (and eps 1e-8 rounds to 0), so the first step divides by "
-    "zero and the weights become inf/NaN. Farthest point sampling is the reference's Python loop (512 + 128 iterations per step). "
+    "zero and the weights become inf/NaN. Farthest point sampling is the reference's Python loop "
+    "(512 + 128 iterations per step). "
     "Batch = clouds of 1024 points.",
 )
 def pointnet2_ssg_cls(ctx: BuildContext, **kwargs) -> Workload:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.registry import get_spec
+from torchgauge.registry import get_builder, get_spec
 from torchgauge.workload import BuildContext
 
 
@@ -14,7 +14,7 @@ def _meta(name: str, mode: str):
     """The full-size workload built on the meta device: shapes and wiring without the memory."""
     spec = get_spec(name)
     ctx = BuildContext(name, mode, torch.device("meta"), spec.batch_size(mode), "full")
-    return spec.builder(ctx)
+    return get_builder(name)(ctx)  # the index registers lazily: spec.builder is None until imported
 
 
 def test_unbacked_tolist_sum_is_weight_times_f_times_count() -> None:

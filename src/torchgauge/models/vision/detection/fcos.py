@@ -121,9 +121,10 @@ class FCOS(nn.Module):
     def __init__(self, cfg: FCOSConfig):
         super().__init__()
         self.cfg = cfg
-        self.backbone = ResNet(50, ("res3", "res4", "res5"), stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
+        levels = ("res3", "res4", "res5")
+        self.backbone = ResNet(50, levels, stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
         # Detectron2's FCOS config builds P6 from P5 (top_block.in_feature = "p5", 256 channels).
-        self.fpn = FPN([self.backbone.out_channels[name] for name in ("res3", "res4", "res5")], cfg.fpn_channels, top_block="p6p7")
+        self.fpn = FPN([self.backbone.out_channels[name] for name in levels], cfg.fpn_channels, top_block="p6p7")
         self.anchor_generator = AnchorGenerator([[(float(s), float(s))] for s in STRIDES], STRIDES, offset=0.5)
         self.head = DenseHead(cfg.fpn_channels, 1, cfg.num_classes, cfg.head_convs, norm="gn", centerness=True)
         self.box_coder = LinearBoxCoder(normalize_by_size=True)

@@ -81,9 +81,10 @@ class RetinaNet(nn.Module):
         if cfg.box_loss not in BOX_LOSSES:
             raise ValueError(f"unknown box_loss {cfg.box_loss!r}; accepted: {', '.join(BOX_LOSSES)}")
         self.cfg = cfg
-        self.backbone = ResNet(50, ("res3", "res4", "res5"), stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
+        levels = ("res3", "res4", "res5")
+        self.backbone = ResNet(50, levels, stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
         # P6 = conv(P5), P7 = conv(relu(P6)): torchvision's LastLevelP6P7(256, 256).
-        self.fpn = FPN([self.backbone.out_channels[name] for name in ("res3", "res4", "res5")], cfg.fpn_channels, top_block="p6p7")
+        self.fpn = FPN([self.backbone.out_channels[name] for name in levels], cfg.fpn_channels, top_block="p6p7")
         shapes = [anchor_shapes(sizes, cfg.anchor_ratios, cfg.round_anchors) for sizes in cfg.level_anchor_sizes()]
         self.anchor_generator = AnchorGenerator(shapes, strides=(8, 16, 32, 64, 128))
         self.head = DenseHead(cfg.fpn_channels, len(shapes[0]), cfg.num_classes, cfg.head_convs)

@@ -22,9 +22,14 @@ from torch import nn
 
 from .conv_blocks import ClassifierHead, init_conv_weights
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "group_norm", "resnet"]
+__all__ = ["SMOKE_WIDTH_MULT", "BasicBlock", "Bottleneck", "ResNet", "group_norm", "resnet"]
 
 NormLayer = Callable[[int], nn.Module]
+
+# Smoke width of the ResNet family: a quarter of every stage's planes. The weights (60M for
+# ResNet-152), not the 32 px smoke images, set the cost of a smoke step; a quarter of the width
+# is a sixteenth of the weights, with every block, norm and activation kept.
+SMOKE_WIDTH_MULT = 0.25
 
 
 def group_norm(channels: int) -> nn.Module:
@@ -111,6 +116,8 @@ class ResNet(nn.Module):
         stem_width: 0 for the 7x7 stem; otherwise three 3x3 convs (stem_width, stem_width, 64).
         avg_down: shortcut downsamples with 2x2 average pooling before its 1x1 conv.
         norm_layer: ``channels -> module`` for every norm (BatchNorm2d; GroupNorm for DP).
+        width_mult: scales the stem and every stage's planes; 1.0 is the published network,
+            smoke sizes take a fraction to shrink the weights while keeping every layer.
     """
 
     def __init__(
@@ -124,9 +131,11 @@ class ResNet(nn.Module):
         stem_width: int = 0,
         avg_down: bool = False,
         norm_layer: NormLayer = nn.BatchNorm2d,
+        width_mult: float = 1.0,
     ) -> None:
         super().__init__()
-        self.in_ch = 64
+        planes = [max(1, round(p * width_mult)) for p in (64, 128, 256, 512)]
+        self.in_ch = planes[0]
         self.groups, self.base_width, self.avg_down = groups, width_per_group, avg_down
         self.norm_layer = norm_layer
         if stem_width:
@@ -144,11 +153,11 @@ class ResNet(nn.Module):
         self.bn1 = norm_layer(self.in_ch)
         self.act1 = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)  # (B, 64, H/4, W/4)
-        self.layer1 = self._make_layer(block, 64, layers[0], stride=1)  # (B, 64e, H/4, W/4)
-        self.layer2 = self._make_layer(block, 128, layers[1], stride=2)  # (B, 128e, H/8, W/8)
-        self.layer3 = self._make_layer(block, 256, layers[2], stride=2)  # (B, 256e, H/16, W/16)
-        self.layer4 = self._make_layer(block, 512, layers[3], stride=2)  # (B, 512e, H/32, W/32)
-        self.head = ClassifierHead(512 * block.expansion, num_classes)
+        self.layer1 = self._make_layer(block, planes[0], layers[0], stride=1)  # (B, 64e, H/4, W/4)
+        self.layer2 = self._make_layer(block, planes[1], layers[1], stride=2)  # (B, 128e, H/8, W/8)
+        self.layer3 = self._make_layer(block, planes[2], layers[2], stride=2)  # (B, 256e, H/16, W/16)
+        self.layer4 = self._make_layer(block, planes[3], layers[3], stride=2)  # (B, 512e, H/32, W/32)
+        self.head = ClassifierHead(planes[3] * block.expansion, num_classes)
         init_conv_weights(self)
 
     def _make_layer(self, block: Callable[..., nn.Module], planes: int, blocks: int, stride: int) -> nn.Sequential:

@@ -38,6 +38,8 @@ class PaintConfig:
     """The reference's training options (baseline/train.py and TorchBench)."""
 
     canvas_size: int = 128  # the renderer paints 128x128 strokes
+    network_width: int = 64  # first-stage channels of the actor and critic ResNet-18s (stages x1, x2, x4, x8)
+    renderer_width: int = 512  # first hidden layer of the renderer's MLP (then x2, x4)
     max_step: int = 40  # strokes-steps per episode
     discount: float = 0.95**5
     tau: float = 0.001  # Polyak rate of every target network
@@ -85,16 +87,16 @@ def _conv(in_planes: int, planes: int, kernel: int, stride: int, batch_norm: boo
 class PaintResNet(nn.Module):
     """ResNet-18 (stride-2 stem and four stride-2 stages) -> global average -> linear."""
 
-    def __init__(self, in_channels: int, num_outputs: int, batch_norm: bool) -> None:
+    def __init__(self, in_channels: int, num_outputs: int, batch_norm: bool, width: int = 64) -> None:
         super().__init__()
-        self.stem = _conv(in_channels, 64, 3, 2, batch_norm)
+        self.stem = _conv(in_channels, width, 3, 2, batch_norm)
         self.stem_act = nn.ReLU() if batch_norm else TReLU()
-        stages, in_planes = [], 64
-        for planes in (64, 128, 256, 512):
+        stages, in_planes = [], width
+        for planes in (width, 2 * width, 4 * width, 8 * width):  # 64 .. 512
             stages += [BasicBlock(in_planes, planes, 2, batch_norm), BasicBlock(planes, planes, 1, batch_norm)]
             in_planes = planes
         self.stages = nn.Sequential(*stages)
-        self.fc = nn.Linear(512, num_outputs)
+        self.fc = nn.Linear(in_planes, num_outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stages(self.stem_act(self.stem(x)))  # (B, 512, S/32, S/32): 4x4 at 128
@@ -104,12 +106,13 @@ class PaintResNet(nn.Module):
 class StrokeRenderer(nn.Module):
     """Neural renderer: stroke parameters ``(N, 10)`` -> ``1 - stroke`` maps ``(N, S, S)``."""
 
-    def __init__(self, canvas_size: int = 128) -> None:
+    def __init__(self, canvas_size: int = 128, width: int = 512) -> None:
         super().__init__()
         self.base = canvas_size // 8  # 16 at 128: three pixel shuffles double it thrice
+        w = width  # 512: the reference's 512-1024-2048 MLP
         self.fc = nn.Sequential(
-            nn.Linear(10, 512), nn.ReLU(), nn.Linear(512, 1024), nn.ReLU(),
-            nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 16 * self.base**2), nn.ReLU(),
+            nn.Linear(10, w), nn.ReLU(), nn.Linear(w, 2 * w), nn.ReLU(),
+            nn.Linear(2 * w, 4 * w), nn.ReLU(), nn.Linear(4 * w, 16 * self.base**2), nn.ReLU(),
         )  # fmt: skip
         self.convs = nn.Sequential(
             nn.Conv2d(16, 32, 3, 1, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, 1, 1), nn.PixelShuffle(2),  # (N, 8, 2b, 2b)
@@ -152,17 +155,18 @@ def paint(actions: torch.Tensor, canvas: torch.Tensor, renderer: StrokeRenderer)
 class PaintAgent(nn.Module):
     """Actor, critic, renderer, discriminator and the target networks, in one module."""
 
-    def __init__(self, canvas_size: int) -> None:
+    def __init__(self, canvas_size: int, network_width: int = 64, renderer_width: int = 512) -> None:
         super().__init__()
         # canvas, target, step, coords -> 5 strokes of parameters in [0, 1]
-        self.actor = nn.Sequential(PaintResNet(9, _STROKES * _STROKE_PARAMS, batch_norm=True), nn.Sigmoid())
-        self.critic = PaintResNet(12, 1, batch_norm=False)  # + the canvas after the action
+        actor = PaintResNet(9, _STROKES * _STROKE_PARAMS, batch_norm=True, width=network_width)
+        self.actor = nn.Sequential(actor, nn.Sigmoid())
+        self.critic = PaintResNet(12, 1, batch_norm=False, width=network_width)  # + the canvas after the action
         self.discriminator = Discriminator()
         self.actor_target = frozen_copy(self.actor)
         self.critic_target = frozen_copy(self.critic)
         self.discriminator_target = frozen_copy(self.discriminator)
         # Pretrained and frozen in the reference: gradients pass through it, it is never updated.
-        self.renderer = StrokeRenderer(canvas_size).requires_grad_(False)
+        self.renderer = StrokeRenderer(canvas_size, renderer_width).requires_grad_(False)
         axis = torch.linspace(0, 1, canvas_size)
         coords = torch.stack(torch.meshgrid(axis, axis, indexing="ij")).unsqueeze(0)  # (1, 2, S, S): row, column
         self.register_buffer("coords", coords, persistent=False)
@@ -302,9 +306,13 @@ class DDPGPainter(Workload):
 
 
 def _create_learning_to_paint(ctx: BuildContext, **kwargs) -> Workload:
-    cfg = PaintConfig(**kwargs)
-    size = ctx.pick(cfg.canvas_size, 32)  # smoke: 32x32 canvases, the same networks
-    agent = PaintAgent(size).to(ctx.device)
+    # Smoke: 32x32 canvases and a quarter of the actor, critic and renderer-MLP widths (their 22M
+    # and 2.6M weights, with Adam and the Polyak updates of the targets, set the smoke step's
+    # cost); every layer kept.
+    smoke = {"network_width": 16, "renderer_width": 128} if ctx.smoke else {}
+    cfg = PaintConfig(**{**smoke, **kwargs})
+    size = ctx.pick(cfg.canvas_size, 32)
+    agent = PaintAgent(size, cfg.network_width, cfg.renderer_width).to(ctx.device)
     images = ctx.randint(0, 256, (ctx.pick(cfg.num_images, 8), 3, size, size), dtype=torch.uint8)
     env = CanvasEnv(images, ctx.batch_size, cfg.max_step, agent.renderer, device_generator(ctx))
     action_dim = _STROKES * _STROKE_PARAMS

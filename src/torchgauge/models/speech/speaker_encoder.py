@@ -84,7 +84,10 @@ class SpeakerEncoderWithLoss(nn.Module):
 
 def _create_speaker_encoder(ctx: BuildContext, *, utterances_per_speaker: int = 2, frames: int = 50,
                             **kwargs) -> Workload:
-    model = SpeakerEncoderWithLoss(SpeakerEncoder(**kwargs), AngleProtoLoss())
+    # Smoke: a quarter of the LSTM and projection widths (the 9.4M weights, updated by RAdam,
+    # set the step's cost); three projected LSTM layers and the loss kept.
+    smoke = {"lstm_dim": 192, "proj_dim": 64} if ctx.smoke else {}
+    model = SpeakerEncoderWithLoss(SpeakerEncoder(**{**smoke, **kwargs}), AngleProtoLoss())
     clips = ctx.batch_size
     if ctx.train and ctx.smoke and not ctx.batch_size_given:
         clips = 2 * utterances_per_speaker  # two speakers: the fewest for which the loss has a gradient

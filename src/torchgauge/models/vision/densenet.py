@@ -104,8 +104,13 @@ def _create_densenet(
     batch_size=(256, 64), param_count=7_978_856,
 )  # fmt: skip
 def densenet121(ctx: BuildContext, **kwargs) -> Workload:
-    """DenseNet-121 at 224x224 with TorchBench's torchvision step (smoke: 32 px, 1x1 after the last transition)."""
-    return torchvision_classification(ctx, DenseNet(replace(DenseNetConfig(), **kwargs)), image_size=ctx.pick(224, 32))
+    """DenseNet-121 at 224x224 with TorchBench's torchvision step.
+
+    Smoke: 32 px (1x1 after the last transition) and a quarter of the width (growth rate 8,
+    16-channel stem), keeping all 58 dense layers and the 1000 classes.
+    """
+    cfg = ctx.pick(DenseNetConfig(), DenseNetConfig(growth_rate=8, stem_ch=16))
+    return torchvision_classification(ctx, DenseNet(replace(cfg, **kwargs)), image_size=ctx.pick(224, 32))
 
 
 @register_model(

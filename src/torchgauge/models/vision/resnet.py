@@ -11,14 +11,14 @@ from __future__ import annotations
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ..common.resnet import resnet
+from ..common.resnet import SMOKE_WIDTH_MULT, resnet
 from .torchvision_step import torchvision_classification
 
 __all__: list[str] = []
 
 
 def _create_resnet(ctx: BuildContext, depth: int, **kwargs) -> Workload:
-    model = resnet(depth, **kwargs)
+    model = resnet(depth, **{"width_mult": ctx.pick(1.0, SMOKE_WIDTH_MULT), **kwargs})
     # Output stride 32: 32 px reaches 1x1 in layer4 at smoke size.
     return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))
 

@@ -22,7 +22,10 @@ VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "
 
 
 class VGG(nn.Module):
-    """Images ``(B, 3, H, W)`` -> logits ``(B, num_classes)``; H, W >= 32."""
+    """Images ``(B, 3, H, W)`` -> logits ``(B, num_classes)``; H, W >= 32.
+
+    ``width_mult`` scales every conv's channels (1.0: the paper's; smoke sizes take a fraction).
+    """
 
     def __init__(
         self,
@@ -30,6 +33,7 @@ class VGG(nn.Module):
         num_classes: int = 1000,
         hidden_dim: int = 4096,
         dropout: float = 0.5,
+        width_mult: float = 1.0,
     ) -> None:
         super().__init__()
         features: list[nn.Module] = []
@@ -38,8 +42,9 @@ class VGG(nn.Module):
             if layer == "M":
                 features.append(nn.MaxPool2d(2, 2))
             else:
-                features += [nn.Conv2d(in_ch, layer, 3, padding=1), nn.ReLU(inplace=True)]
-                in_ch = layer
+                out_ch = max(1, round(layer * width_mult))
+                features += [nn.Conv2d(in_ch, out_ch, 3, padding=1), nn.ReLU(inplace=True)]
+                in_ch = out_ch
         self.features = nn.Sequential(*features)  # (B, 512, H/32, W/32)
         self.avgpool = nn.AdaptiveAvgPool2d(7)  # (B, 512, 7, 7) for any input size
         self.classifier = nn.Sequential(
@@ -59,6 +64,10 @@ class VGG(nn.Module):
     batch_size=(64, 4), param_count=138_357_544,
 )  # fmt: skip
 def vgg16(ctx: BuildContext, **kwargs) -> Workload:
-    """VGG-16 at 224x224 (smoke: 32 px and 256-wide FC layers; the 4096-wide ones hold 124M weights)."""
-    model = VGG(**{"hidden_dim": ctx.pick(4096, 256), **kwargs})
+    """VGG-16 at 224x224 (smoke: 32 px, a quarter of the conv channels and 256-wide FC layers).
+
+    The weights set the cost of a smoke step: 124M in the 4096-wide FC layers, 14.7M in the
+    convs; the smoke network keeps all thirteen convs and three FC layers with 2.5M weights.
+    """
+    model = VGG(**{"hidden_dim": ctx.pick(4096, 256), "width_mult": ctx.pick(1.0, 0.25), **kwargs})
     return torchvision_classification(ctx, model, image_size=ctx.pick(224, 32))

@@ -16,7 +16,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["FPN", "FrozenBatchNorm2d", "ResNet", "frozen_residual_scale", "make_stage"]
+__all__ = [
+    "FPN",
+    "SMOKE_BACKBONE_WIDTH",
+    "SMOKE_FPN_CHANNELS",
+    "FrozenBatchNorm2d",
+    "ResNet",
+    "frozen_residual_scale",
+    "make_stage",
+]
+
+# Smoke widths of the detectors built on this backbone: a quarter of the ResNet's stem/res2
+# width (64) and of the FPN's 256 channels. Convolution FLOPs of backbone, FPN and towers,
+# not the 96x128 smoke images' post-processing, set the smoke step's cost; every stage, block,
+# pyramid level and tower conv is kept.
+SMOKE_BACKBONE_WIDTH = 16
+SMOKE_FPN_CHANNELS = 64
 
 # Bottleneck blocks per stage (res2..res5) by depth.
 STAGE_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .backbones import FPN, ResNet
+from .backbones import FPN, SMOKE_BACKBONE_WIDTH, SMOKE_FPN_CHANNELS, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .boxes import AnchorGenerator, LinearBoxCoder, box_area
 from .dense_heads import DenseHead, dense_detections, one_hot_targets
@@ -46,6 +46,8 @@ class FCOSConfig:
 
     num_classes: int = 80
     stride_in_1x1: bool = True  # MSRA ResNet (Detectron2)
+    backbone_width: int = 64  # ResNet stem and res2 bottleneck channels (doubling per stage)
+    fpn_channels: int = 256  # pyramid and head tower width
     head_convs: int = 4  # GroupNorm 3x3 convs per tower
     center_sampling_radius: float = 1.5  # in strides
     # Point assigned on level l only if its largest side distance is in (4 * stride, 8 * stride]
@@ -119,11 +121,12 @@ class FCOS(nn.Module):
     def __init__(self, cfg: FCOSConfig):
         super().__init__()
         self.cfg = cfg
-        self.backbone = ResNet(50, ("res3", "res4", "res5"), stride_in_1x1=cfg.stride_in_1x1)
+        levels = ("res3", "res4", "res5")
+        self.backbone = ResNet(50, levels, stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
         # Detectron2's FCOS config builds P6 from P5 (top_block.in_feature = "p5", 256 channels).
-        self.fpn = FPN([self.backbone.out_channels[name] for name in ("res3", "res4", "res5")], 256, top_block="p6p7")
+        self.fpn = FPN([self.backbone.out_channels[name] for name in levels], cfg.fpn_channels, top_block="p6p7")
         self.anchor_generator = AnchorGenerator([[(float(s), float(s))] for s in STRIDES], STRIDES, offset=0.5)
-        self.head = DenseHead(256, 1, cfg.num_classes, cfg.head_convs, norm="gn", centerness=True)
+        self.head = DenseHead(cfg.fpn_channels, 1, cfg.num_classes, cfg.head_convs, norm="gn", centerness=True)
         self.box_coder = LinearBoxCoder(normalize_by_size=True)
         self.register_buffer("pixel_mean", torch.tensor(cfg.pixel_mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(cfg.pixel_std).view(1, 3, 1, 1), persistent=False)
@@ -185,7 +188,8 @@ class FCOS(nn.Module):
 
 def _create_fcos(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
     """Build an FCOS workload; ``kwargs`` are :class:`FCOSConfig` fields."""
-    cfg = FCOSConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **kwargs})
+    smoke = {"backbone_width": SMOKE_BACKBONE_WIDTH, "fpn_channels": SMOKE_FPN_CHANNELS} if ctx.smoke else {}
+    cfg = FCOSConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
     model = FCOS(cfg)
     images, image_sizes, targets = synthetic_detection_batch(ctx, image_size or ctx.pick((800, 1333), (96, 128)), cfg.num_classes, max_boxes or ctx.pick(20, 3))
     optimizer = None

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from .backbones import FPN, ResNet
+from .backbones import FPN, SMOKE_BACKBONE_WIDTH, SMOKE_FPN_CHANNELS, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .boxes import AnchorGenerator, BoxCoder, Matcher, anchor_shapes
 from .dense_heads import DenseHead, dense_detections, match_anchors, one_hot_targets
@@ -44,6 +44,8 @@ class RetinaNetConfig:
 
     num_classes: int = 91  # torchvision's COCO layout: ids 1..90 used, logit 0 never a target
     stride_in_1x1: bool = False  # torchvision ResNet (stride in the 3x3); Detectron2: True
+    backbone_width: int = 64  # ResNet stem and res2 bottleneck channels (doubling per stage)
+    fpn_channels: int = 256  # pyramid and head tower width
     anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # base size on P3..P7
     scales_per_octave: int = 3  # sizes x * 2**(i/3): 3 scales x 3 ratios = 9 anchors per cell
     anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -79,12 +81,13 @@ class RetinaNet(nn.Module):
         if cfg.box_loss not in BOX_LOSSES:
             raise ValueError(f"unknown box_loss {cfg.box_loss!r}; accepted: {', '.join(BOX_LOSSES)}")
         self.cfg = cfg
-        self.backbone = ResNet(50, ("res3", "res4", "res5"), stride_in_1x1=cfg.stride_in_1x1)
+        levels = ("res3", "res4", "res5")
+        self.backbone = ResNet(50, levels, stride_in_1x1=cfg.stride_in_1x1, width=cfg.backbone_width)
         # P6 = conv(P5), P7 = conv(relu(P6)): torchvision's LastLevelP6P7(256, 256).
-        self.fpn = FPN([self.backbone.out_channels[name] for name in ("res3", "res4", "res5")], 256, top_block="p6p7")
+        self.fpn = FPN([self.backbone.out_channels[name] for name in levels], cfg.fpn_channels, top_block="p6p7")
         shapes = [anchor_shapes(sizes, cfg.anchor_ratios, cfg.round_anchors) for sizes in cfg.level_anchor_sizes()]
         self.anchor_generator = AnchorGenerator(shapes, strides=(8, 16, 32, 64, 128))
-        self.head = DenseHead(256, len(shapes[0]), cfg.num_classes, cfg.head_convs)
+        self.head = DenseHead(cfg.fpn_channels, len(shapes[0]), cfg.num_classes, cfg.head_convs)
         self.box_coder = BoxCoder()
         self.matcher = Matcher(cfg.bg_iou, cfg.fg_iou, allow_low_quality_matches=True)
         self.register_buffer("pixel_mean", torch.tensor(cfg.pixel_mean).view(1, 3, 1, 1), persistent=False)
@@ -139,7 +142,8 @@ class RetinaNet(nn.Module):
 
 def _create_retinanet(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
     """Build a RetinaNet workload; ``kwargs`` are :class:`RetinaNetConfig` fields."""
-    cfg = RetinaNetConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **kwargs})
+    smoke = {"backbone_width": SMOKE_BACKBONE_WIDTH, "fpn_channels": SMOKE_FPN_CHANNELS} if ctx.smoke else {}
+    cfg = RetinaNetConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
     model = RetinaNet(cfg)
     images, image_sizes, targets = synthetic_detection_batch(
         ctx, image_size or ctx.pick((800, 1333), (96, 128)), cfg.num_classes - 1, max_boxes or ctx.pick(20, 3), first_label=1

@@ -117,7 +117,9 @@ class DCGANWorkload(AdversarialWorkload):
 
 
 def _create_dcgan(ctx: BuildContext, **kwargs: Any) -> Workload:
-    cfg = replace(DCGANConfig(), **kwargs)
+    # Smoke: a quarter of the filters (16), every layer and the 64x64 images kept (the
+    # architecture fixes the size); the five GAN iterations per step stay.
+    cfg = replace(ctx.pick(DCGANConfig(), DCGANConfig(gen_filters=16, disc_filters=16)), **kwargs)
     generator, discriminator = DCGANGenerator(cfg), DCGANDiscriminator(cfg)
     normal_init_(generator)
     normal_init_(discriminator)
@@ -134,5 +136,5 @@ def _create_dcgan(ctx: BuildContext, **kwargs: Any) -> Workload:
     param_count=6_342_272,  # G 3,576,704 + D 2,765,568
 )
 def dcgan(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """DCGAN at 64x64 (nz=100, ngf=ndf=64): train 5 GAN iterations, eval the discriminator."""
+    """DCGAN at 64x64 (nz=100, ngf=ndf=64; smoke: 16): train 5 GAN iterations, eval the discriminator."""
     return _create_dcgan(ctx, **kwargs)

@@ -68,20 +68,21 @@ class Up(nn.Module):
 class UNet(nn.Module):
     """``(B, n_channels, H, W)`` -> per-pixel class logits ``(B, n_classes, H, W)``."""
 
-    def __init__(self, n_channels: int = 3, n_classes: int = 2, bilinear: bool = False) -> None:
+    def __init__(self, n_channels: int = 3, n_classes: int = 2, bilinear: bool = False, width: int = 64) -> None:
         super().__init__()
         factor = 2 if bilinear else 1  # bilinear upsampling keeps channels, so the bottom is halved
         self.n_classes = n_classes
-        self.inc = DoubleConv(n_channels, 64)  # (B, 64, H, W)
-        self.down1 = Down(64, 128)  # (B, 128, H/2, W/2)
-        self.down2 = Down(128, 256)  # (B, 256, H/4, W/4)
-        self.down3 = Down(256, 512)  # (B, 512, H/8, W/8)
-        self.down4 = Down(512, 1024 // factor)  # (B, 1024, H/16, W/16)
-        self.up1 = Up(1024, 512 // factor, bilinear)
-        self.up2 = Up(512, 256 // factor, bilinear)
-        self.up3 = Up(256, 128 // factor, bilinear)
-        self.up4 = Up(128, 64, bilinear)
-        self.outc = nn.Conv2d(64, n_classes, 1)
+        w = width  # 64: the published widths written in the comments
+        self.inc = DoubleConv(n_channels, w)  # (B, 64, H, W)
+        self.down1 = Down(w, 2 * w)  # (B, 128, H/2, W/2)
+        self.down2 = Down(2 * w, 4 * w)  # (B, 256, H/4, W/4)
+        self.down3 = Down(4 * w, 8 * w)  # (B, 512, H/8, W/8)
+        self.down4 = Down(8 * w, 16 * w // factor)  # (B, 1024, H/16, W/16)
+        self.up1 = Up(16 * w, 8 * w // factor, bilinear)
+        self.up2 = Up(8 * w, 4 * w // factor, bilinear)
+        self.up3 = Up(4 * w, 2 * w // factor, bilinear)
+        self.up4 = Up(2 * w, w, bilinear)
+        self.outc = nn.Conv2d(w, n_classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x1 = self.inc(x)
@@ -114,7 +115,8 @@ class SegmentationWorkload(Workload):
 
 
 def _create_unet(ctx: BuildContext, *, image_size: tuple[int, int], **kwargs: Any) -> Workload:
-    module = UNet(**kwargs)
+    # Smoke: a quarter of the width (17.3M -> 1.1M weights, which RMSprop updates every step).
+    module = UNet(**{**({"width": 16} if ctx.smoke else {}), **kwargs})
     # Smoke: 32 high keeps 2x2 at the bottom for BatchNorm at batch 1; the odd width keeps Up padding.
     h, w = ctx.pick(image_size, (32, 33))
     images = ctx.rand(ctx.batch_size, module.inc[0].in_channels, h, w)

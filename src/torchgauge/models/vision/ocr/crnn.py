@@ -60,6 +60,7 @@ class CRNNConfig:
 
     vocab: str = LEGACY_FRENCH_VOCAB
     rnn_units: int = 128
+    vgg_width_mult: float = 1.0  # scales the VGG-16-BN channels (64 .. 512)
     input_size: tuple[int, int] = (32, 128)  # (height, width) of a word crop
     max_label_length: int = 12  # synthetic words have 1..this many characters (T = width / 4 = 32 steps)
     # docTR's crop normalisation (crnn_vgg16_bn default_cfgs)
@@ -67,8 +68,11 @@ class CRNNConfig:
     std: tuple[float, float, float] = (0.299, 0.296, 0.301)
 
 
-def vgg16_bn_r() -> nn.Sequential:
-    """VGG-16-BN convolutions with the last ``NUM_RECT_POOLS`` pools made (2, 1): ``(B, 512, H/32, W/4)``."""
+def vgg16_bn_r(width_mult: float = 1.0) -> nn.Sequential:
+    """VGG-16-BN convolutions with the last ``NUM_RECT_POOLS`` pools made (2, 1): ``(B, 512, H/32, W/4)``.
+
+    ``width_mult`` scales every conv's channels (the last one gives 512 x ``width_mult``).
+    """
     layers: list[nn.Module] = []
     in_ch = 3
     num_pools = VGG16_LAYERS.count("M")
@@ -79,8 +83,9 @@ def vgg16_bn_r() -> nn.Sequential:
             layers.append(nn.MaxPool2d((2, 1)) if rect else nn.MaxPool2d(2, 2))
             pool_index += 1
         else:  # torchvision vgg16_bn keeps the conv bias in front of BatchNorm
-            layers += [nn.Conv2d(in_ch, layer, 3, padding=1), nn.BatchNorm2d(layer), nn.ReLU(inplace=True)]
-            in_ch = layer
+            out_ch = max(1, round(layer * width_mult))
+            layers += [nn.Conv2d(in_ch, out_ch, 3, padding=1), nn.BatchNorm2d(out_ch), nn.ReLU(inplace=True)]
+            in_ch = out_ch
     features = nn.Sequential(*layers)
     init_conv_weights(features)
     return features
@@ -119,11 +124,12 @@ class CRNN(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.blank = len(cfg.vocab)
-        self.features = vgg16_bn_r()
+        self.features = vgg16_bn_r(cfg.vgg_width_mult)
+        channels = self.features[-3].num_features  # the last BatchNorm: 512 at full width
         height = cfg.input_size[0] // 2 ** VGG16_LAYERS.count("M")
         if height < 1:
             raise ValueError(f"invalid CRNN input height {cfg.input_size[0]}; accepted: a multiple of 32")
-        self.decoder = nn.LSTM(512 * height, cfg.rnn_units, num_layers=2, batch_first=True, bidirectional=True)
+        self.decoder = nn.LSTM(channels * height, cfg.rnn_units, num_layers=2, batch_first=True, bidirectional=True)
         self.linear = nn.Linear(2 * cfg.rnn_units, len(cfg.vocab) + 1)
         self.register_buffer("pixel_mean", 255.0 * torch.tensor(cfg.mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", 255.0 * torch.tensor(cfg.std).view(1, 3, 1, 1), persistent=False)
@@ -164,7 +170,8 @@ class WordRecognitionWorkload(Workload):
 
 def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """CRNN on synthetic word crops; ``kwargs`` are :class:`CRNNConfig` fields."""
-    cfg = CRNNConfig(**kwargs)
+    # Smoke: a quarter of the VGG channels (15.8M -> 1M weights), crops, LSTM and vocabulary kept.
+    cfg = CRNNConfig(**{**({"vgg_width_mult": 0.25} if ctx.smoke else {}), **kwargs})
     height, width = cfg.input_size
     if height < 32 or height % 32 or width < 8 or width % 4:
         raise ValueError(f"invalid CRNN input_size {cfg.input_size}; accepted: height a positive multiple of 32, width a multiple of 4 of at least 8")
@@ -189,5 +196,5 @@ def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     param_count=15_807_676,
 )
 def doctr_reco_predictor(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """docTR's CRNN VGG-16-BN word recogniser on 32x128 crops (same size at smoke)."""
+    """docTR's CRNN VGG-16-BN word recogniser on 32x128 crops (smoke: same crops, a quarter of the VGG width)."""
     return _create_crnn(ctx, **kwargs)

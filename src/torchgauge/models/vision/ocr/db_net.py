@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from ...common.resnet import Bottleneck, ResNet
+from ...common.resnet import SMOKE_WIDTH_MULT, Bottleneck, ResNet
 
 __all__ = [
     "DBNet",
@@ -71,6 +71,7 @@ class DBNetConfig:
     """docTR ``db_resnet50`` with its default post-processing."""
 
     head_chans: int = 256  # FPN width; each of the 4 levels contributes head_chans // 4
+    backbone_width_mult: float = 1.0  # ResNet-50 stage widths (see resnet.ResNet's width_mult)
     shrink_ratio: float = 0.4  # r of the text-kernel offset D = A (1 - r^2) / L
     thresh_min: float = 0.3  # threshold-map target range
     thresh_max: float = 0.7
@@ -279,9 +280,11 @@ class DBNet(nn.Module):
     def __init__(self, cfg: DBNetConfig):
         super().__init__()
         self.cfg = cfg
-        self.backbone = ResNet(Bottleneck, (3, 4, 6, 3))  # torchvision resnet50, as docTR builds it
+        # torchvision resnet50, as docTR builds it
+        self.backbone = ResNet(Bottleneck, (3, 4, 6, 3), width_mult=cfg.backbone_width_mult)
         del self.backbone.head  # docTR taps layer1..layer4; the classifier is never built there
-        self.fpn = FeatureFusion([256, 512, 1024, 2048], cfg.head_chans)
+        layers = (self.backbone.layer1, self.backbone.layer2, self.backbone.layer3, self.backbone.layer4)
+        self.fpn = FeatureFusion([layer[-1].bn3.num_features for layer in layers], cfg.head_chans)  # 256 .. 2048
         self.prob_head = _map_head(cfg.head_chans)
         self.thresh_head = _map_head(cfg.head_chans)
         for module in [self.fpn, self.prob_head, self.thresh_head]:  # docTR's init; the backbone keeps its own
@@ -344,7 +347,9 @@ class TextDetectionWorkload(Workload):
 
 def _create_dbnet(ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
     """DBNet on synthetic pages; ``kwargs`` are :class:`DBNetConfig` fields."""
-    cfg = DBNetConfig(**kwargs)
+    # Smoke: the ResNet family's smoke width and a quarter of the FPN width, every layer kept.
+    smoke = {"backbone_width_mult": SMOKE_WIDTH_MULT, "head_chans": 64} if ctx.smoke else {}
+    cfg = DBNetConfig(**{**smoke, **kwargs})
     side = image_size or ctx.pick(1024, 64)
     if side < 32 or side % 32:
         raise ValueError(f"invalid DBNet image_size {side}; accepted: a positive multiple of 32 (docTR uses 1024)")
@@ -365,5 +370,5 @@ def _create_dbnet(ctx: BuildContext, *, image_size: int | None = None, max_boxes
     param_count=25_412_162,
 )
 def doctr_det_predictor(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """docTR's DBNet ResNet-50 text detector on 1024x1024 pages (smoke: 64x64)."""
+    """docTR's DBNet ResNet-50 text detector on 1024x1024 pages (smoke: 64x64, a quarter of the width)."""
     return _create_dbnet(ctx, **kwargs)

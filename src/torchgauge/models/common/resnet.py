@@ -15,7 +15,7 @@ quantized ResNet-50, DBNet's backbone) and by ``other`` models that use a ResNet
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -173,7 +173,9 @@ class ResNet(nn.Module):
         norm = self.norm_layer
         layers = [block(self.in_ch, planes, stride, downsample, self.groups, self.base_width, norm_layer=norm)]
         self.in_ch = out_ch
-        layers += [block(out_ch, planes, 1, None, self.groups, self.base_width, norm_layer=norm) for _ in range(1, blocks)]
+        layers += [
+            block(out_ch, planes, 1, None, self.groups, self.base_width, norm_layer=norm) for _ in range(1, blocks)
+        ]
         return nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

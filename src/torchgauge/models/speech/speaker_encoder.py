@@ -82,8 +82,9 @@ class SpeakerEncoderWithLoss(nn.Module):
         return self.encoder(x)
 
 
-def _create_speaker_encoder(ctx: BuildContext, *, utterances_per_speaker: int = 2, frames: int = 50,
-                            **kwargs) -> Workload:
+def _create_speaker_encoder(
+    ctx: BuildContext, *, utterances_per_speaker: int = 2, frames: int = 50, **kwargs
+) -> Workload:
     # Smoke: a quarter of the LSTM and projection widths (the 9.4M weights, updated by RAdam,
     # set the step's cost); three projected LSTM layers and the loss kept.
     smoke = {"lstm_dim": 192, "proj_dim": 64} if ctx.smoke else {}
@@ -104,10 +105,15 @@ def _create_speaker_encoder(ctx: BuildContext, *, utterances_per_speaker: int = 
     return Workload(ctx, model, (mels,), None, loss_fn=angle_proto, optimizer=opt)
 
 
-@register_model(domain="speech", task="speaker_embedding", batch_size=(64, 64), param_count=9_381_890,
-                source="mozilla/TTS speaker encoder; Chung et al. 2020 (angular prototypical loss)",
-                notes="batch_size counts clips of 50 frames, grouped 2 per speaker for the loss; "
-                      "param_count includes the loss's w and b")
+@register_model(
+    domain="speech",
+    task="speaker_embedding",
+    batch_size=(64, 64),
+    param_count=9_381_890,
+    source="mozilla/TTS speaker encoder; Chung et al. 2020 (angular prototypical loss)",
+    notes="batch_size counts clips of 50 frames, grouped 2 per speaker for the loss; "
+    "param_count includes the loss's w and b",
+)
 def tts_angular(ctx: BuildContext, **kwargs) -> Workload:
     """3-layer LSTM (768) speaker encoder with 256-dim projections and the angular prototypical loss."""
     return _create_speaker_encoder(ctx, **kwargs)

@@ -14,8 +14,8 @@ exists on CPU only. TorchBench's ``*_quantized_qat`` models do the same with FX 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import torch
 import torch.ao.quantization as tq
@@ -124,8 +124,9 @@ def _create_qat(ctx: BuildContext, model: nn.Module, fuse: Callable[[nn.Module],
     qat.qconfig = tq.get_default_qat_qconfig(QUANT_ENGINE)
     tq.prepare_qat(qat, inplace=True)
     # TorchBench's QAT step: Adam at its defaults, cross-entropy on random labels.
-    workload = image_classification(ctx, qat, image_size=ctx.pick(224, SMOKE_IMAGE_SIZE), num_classes=num_classes,
-                                    optimizer="adam", lr=1e-3)
+    workload = image_classification(
+        ctx, qat, image_size=ctx.pick(224, SMOKE_IMAGE_SIZE), num_classes=num_classes, optimizer="adam", lr=1e-3
+    )
     if not ctx.train:
         torch.backends.quantized.engine = QUANT_ENGINE  # process-wide: selects the int8 kernels
         qat.eval()

@@ -10,7 +10,7 @@ Networks" (2017); the P6/P7 levels of Lin et al., "Focal Loss" (2017).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -82,7 +82,15 @@ class Bottleneck(nn.Module):
     """1x1 -> 3x3 -> 1x1 residual block; the stride sits in the first 1x1 (MSRA) or the 3x3."""
 
     def __init__(
-        self, in_ch: int, mid_ch: int, out_ch: int, stride: int, dilation: int, stride_in_1x1: bool, norm: str, residual_scale: float = 1.0
+        self,
+        in_ch: int,
+        mid_ch: int,
+        out_ch: int,
+        stride: int,
+        dilation: int,
+        stride_in_1x1: bool,
+        norm: str,
+        residual_scale: float = 1.0,
     ):
         super().__init__()
         stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
@@ -156,7 +164,9 @@ class ResNet(nn.Module):
         if depth not in STAGE_BLOCKS:
             raise ValueError(f"unsupported ResNet depth {depth}; accepted: {sorted(STAGE_BLOCKS)}")
         self.out_features = tuple(out_features)
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False), _norm(norm, width), nn.ReLU(inplace=True))
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False), _norm(norm, width), nn.ReLU(inplace=True)
+        )
         self.out_channels: dict[str, int] = {}
         self.strides: dict[str, int] = {}
         in_ch, stride = width, 4
@@ -167,7 +177,9 @@ class ResNet(nn.Module):
             stride *= first_stride
             mid_ch, out_ch = width * 2**index, width * 4 * 2**index
             scale = frozen_residual_scale(depth)
-            self.add_module(name, make_stage(blocks, in_ch, mid_ch, out_ch, first_stride, dilation, stride_in_1x1, norm, scale))
+            self.add_module(
+                name, make_stage(blocks, in_ch, mid_ch, out_ch, first_stride, dilation, stride_in_1x1, norm, scale)
+            )
             self.out_channels[name], self.strides[name] = out_ch, stride
             in_ch = out_ch
         self.stage_names = STAGE_NAMES[: last + 1]

@@ -17,8 +17,9 @@ threshold, so full-size detections are usually empty; smoke size lowers the thre
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +68,12 @@ class FCOSConfig:
 
 
 def match_points(
-    anchors: Tensor, num_per_level: Sequence[int], gt_boxes: Tensor, radius: float = 1.5, range_low: float = 4.0, range_high: float = 8.0
+    anchors: Tensor,
+    num_per_level: Sequence[int],
+    gt_boxes: Tensor,
+    radius: float = 1.5,
+    range_low: float = 4.0,
+    range_high: float = 8.0,
 ) -> Tensor:
     """FCOS target assignment: the index of the ground-truth box of each point, -1 for background.
 
@@ -91,7 +97,9 @@ def match_points(
     gt_centres = 0.5 * (gt_boxes[:, :2] + gt_boxes[:, 2:])  # (G, 2)
     centre_dist = (centres[None] - gt_centres[:, None]).abs().amax(dim=2)  # (G, N)
     match = centre_dist < radius * strides[None]
-    sides = torch.cat((centres[None] - gt_boxes[:, None, :2], gt_boxes[:, None, 2:] - centres[None]), dim=2)  # (G, N, 4) ltrb
+    sides = torch.cat(
+        (centres[None] - gt_boxes[:, None, :2], gt_boxes[:, None, 2:] - centres[None]), dim=2
+    )  # (G, N, 4) ltrb
     match &= sides.amin(dim=2) > 0  # the point lies inside the box
     lower, upper = strides * range_low, strides * range_high
     lower[: num_per_level[0]] = 0
@@ -140,7 +148,14 @@ class FCOS(nn.Module):
         anchors = self.anchor_generator([p.shape[-2:] for p in pyramid])
         if self.training:
             num_per_level = [a.shape[0] for a in anchors]
-            return self._losses(torch.cat(anchors), num_per_level, torch.cat(logits, 1), torch.cat(deltas, 1), torch.cat(centerness, 1), targets)
+            return self._losses(
+                torch.cat(anchors),
+                num_per_level,
+                torch.cat(logits, 1),
+                torch.cat(deltas, 1),
+                torch.cat(centerness, 1),
+                targets,
+            )
         cfg = self.cfg
         scores = [torch.sqrt(cls.sigmoid() * ctr.sigmoid()[..., None]) for cls, ctr in zip(logits, centerness)]
         return dense_detections(
@@ -156,7 +171,13 @@ class FCOS(nn.Module):
         )
 
     def _losses(
-        self, anchors: Tensor, num_per_level: list[int], logits: Tensor, deltas: Tensor, centerness: Tensor, targets: Sequence[dict[str, Tensor]]
+        self,
+        anchors: Tensor,
+        num_per_level: list[int],
+        logits: Tensor,
+        deltas: Tensor,
+        centerness: Tensor,
+        targets: Sequence[dict[str, Tensor]],
     ) -> dict[str, Tensor]:
         """Focal, GIoU and centerness losses, each summed and divided by the batch's foreground count.
 
@@ -167,7 +188,9 @@ class FCOS(nn.Module):
         labels, matched_boxes = [], []
         for target in targets:
             gt_boxes = target["boxes"]
-            matched = match_points(anchors, num_per_level, gt_boxes, cfg.center_sampling_radius, cfg.range_low, cfg.range_high)
+            matched = match_points(
+                anchors, num_per_level, gt_boxes, cfg.center_sampling_radius, cfg.range_low, cfg.range_high
+            )
             foreground = matched >= 0
             safe = matched.clamp(min=0)
             labels.append(torch.where(foreground, target["labels"][safe], -1) if len(gt_boxes) else matched)
@@ -176,25 +199,37 @@ class FCOS(nn.Module):
         foreground = labels >= 0
         normalizer = foreground.sum().clamp(min=1).to(logits.dtype)
         loss_cls = sigmoid_focal_loss(
-            logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma, reduction="sum"
+            logits,
+            one_hot_targets(labels, cfg.num_classes, logits.dtype),
+            cfg.focal_alpha,
+            cfg.focal_gamma,
+            reduction="sum",
         )
         image_idx, point_idx = torch.nonzero(foreground, as_tuple=True)
         fg_anchors, fg_boxes = anchors[point_idx], matched_boxes[image_idx, point_idx]
         predicted = self.box_coder.decode(deltas[image_idx, point_idx], fg_anchors)
         loss_box = giou_loss(predicted, fg_boxes, reduction="sum")
-        loss_ctr = F.binary_cross_entropy_with_logits(centerness[image_idx, point_idx], centerness_targets(fg_anchors, fg_boxes), reduction="sum")
+        loss_ctr = F.binary_cross_entropy_with_logits(
+            centerness[image_idx, point_idx], centerness_targets(fg_anchors, fg_boxes), reduction="sum"
+        )
         return {"loss_cls": loss_cls / normalizer, "loss_box": loss_box / normalizer, "loss_ctr": loss_ctr / normalizer}
 
 
-def _create_fcos(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+def _create_fcos(
+    ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any
+) -> Workload:
     """Build an FCOS workload; ``kwargs`` are :class:`FCOSConfig` fields."""
     smoke = {"backbone_width": SMOKE_BACKBONE_WIDTH, "fpn_channels": SMOKE_FPN_CHANNELS} if ctx.smoke else {}
     cfg = FCOSConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
     model = FCOS(cfg)
-    images, image_sizes, targets = synthetic_detection_batch(ctx, image_size or ctx.pick((800, 1333), (96, 128)), cfg.num_classes, max_boxes or ctx.pick(20, 3))
+    images, image_sizes, targets = synthetic_detection_batch(
+        ctx, image_size or ctx.pick((800, 1333), (96, 128)), cfg.num_classes, max_boxes or ctx.pick(20, 3)
+    )
     optimizer = None
     if ctx.train:  # Detectron2's SGD; lr lowered as for the R-CNN family (random weights)
-        optimizer = ctx.optimizer([p for p in model.parameters() if p.requires_grad], "sgd", lr=0.001, weight_decay=1e-4)
+        optimizer = ctx.optimizer(
+            [p for p in model.parameters() if p.requires_grad], "sgd", lr=0.001, weight_decay=1e-4
+        )
     return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
 
 

@@ -18,8 +18,9 @@ post-processing in the step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +67,10 @@ class RetinaNetConfig:
 
     def level_anchor_sizes(self) -> list[list[float]]:
         """Anchor sizes per level; torchvision truncates the intermediate octave sizes to ints."""
-        return [[float(int(size * 2 ** (i / self.scales_per_octave))) for i in range(self.scales_per_octave)] for size in self.anchor_sizes]
+        return [
+            [float(int(size * 2 ** (i / self.scales_per_octave))) for i in range(self.scales_per_octave)]
+            for size in self.anchor_sizes
+        ]
 
 
 class RetinaNet(nn.Module):
@@ -115,18 +119,26 @@ class RetinaNet(nn.Module):
             max_detections=cfg.detections_per_image,
         )
 
-    def _losses(self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+    def _losses(
+        self, anchors: Tensor, logits: Tensor, deltas: Tensor, targets: Sequence[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
         """Focal and box losses, each normalised per image by its foreground count, then averaged."""
         cfg = self.cfg
         labels, matched_boxes, match_labels = match_anchors(self.matcher, anchors, targets)  # (B, N), (B, N, 4), (B, N)
         valid = match_labels >= 0  # anchors between the IoU thresholds are ignored
         foreground = labels >= 0
         num_fg = foreground.sum(1).clamp(min=1).to(logits.dtype)  # (B,)
-        focal = sigmoid_focal_loss(logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma)
+        focal = sigmoid_focal_loss(
+            logits, one_hot_targets(labels, cfg.num_classes, logits.dtype), cfg.focal_alpha, cfg.focal_gamma
+        )
         loss_cls = ((focal.sum(2) * valid).sum(1) / num_fg).mean()
 
         image_idx, anchor_idx = torch.nonzero(foreground, as_tuple=True)
-        fg_deltas, fg_anchors, fg_boxes = deltas[image_idx, anchor_idx], anchors[anchor_idx], matched_boxes[image_idx, anchor_idx]
+        fg_deltas, fg_anchors, fg_boxes = (
+            deltas[image_idx, anchor_idx],
+            anchors[anchor_idx],
+            matched_boxes[image_idx, anchor_idx],
+        )
         if cfg.box_loss == "giou":
             per_box = giou_loss(self.box_coder.decode(fg_deltas, fg_anchors), fg_boxes)
         else:
@@ -140,13 +152,19 @@ class RetinaNet(nn.Module):
         return {"loss_cls": loss_cls, "loss_box": (per_image / num_fg).mean()}
 
 
-def _create_retinanet(ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+def _create_retinanet(
+    ctx: BuildContext, *, image_size: tuple[int, int] | None = None, max_boxes: int | None = None, **kwargs: Any
+) -> Workload:
     """Build a RetinaNet workload; ``kwargs`` are :class:`RetinaNetConfig` fields."""
     smoke = {"backbone_width": SMOKE_BACKBONE_WIDTH, "fpn_channels": SMOKE_FPN_CHANNELS} if ctx.smoke else {}
     cfg = RetinaNetConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **smoke, **kwargs})
     model = RetinaNet(cfg)
     images, image_sizes, targets = synthetic_detection_batch(
-        ctx, image_size or ctx.pick((800, 1333), (96, 128)), cfg.num_classes - 1, max_boxes or ctx.pick(20, 3), first_label=1
+        ctx,
+        image_size or ctx.pick((800, 1333), (96, 128)),
+        cfg.num_classes - 1,
+        max_boxes or ctx.pick(20, 3),
+        first_label=1,
     )
     optimizer = None
     if ctx.train:  # torchvision detection reference: SGD, momentum 0.9, weight decay 1e-4, lr 0.01
@@ -159,7 +177,10 @@ def _create_retinanet(ctx: BuildContext, *, image_size: tuple[int, int] | None =
 @register_model(
     domain="vision",
     task="object_detection",
-    source="torchvision retinanet_resnet50_fpn, code base of MLPerf's single-stage detector (Lin et al., Focal Loss, 2017); 91 class logits",
+    source=(
+        "torchvision retinanet_resnet50_fpn, code base of MLPerf's single-stage detector "
+        "(Lin et al., Focal Loss, 2017); 91 class logits"
+    ),
     batch_size=(2, 1),
     tags=("mlperf",),
     param_count=34_014_999,

@@ -16,9 +16,10 @@ and NMS runs at its cap: the worst case of the reference pipeline, not a trained
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -143,7 +144,9 @@ def assign_targets(
     device = anchors.device
     boxes = torch.cat([t["boxes"] for t in targets]).to(anchors.dtype)
     labels = torch.cat([t["labels"] for t in targets])
-    image = torch.cat([torch.full((len(t["boxes"]),), i, dtype=torch.int64, device=device) for i, t in enumerate(targets)])
+    image = torch.cat(
+        [torch.full((len(t["boxes"]),), i, dtype=torch.int64, device=device) for i, t in enumerate(targets)]
+    )
     wh = boxes[:, 2:] - boxes[:, :2]
     centre = (boxes[:, :2] + boxes[:, 2:]) / 2
     best = _wh_iou(wh, anchors).argmax(dim=1)  # (N,) index among all anchors
@@ -157,7 +160,9 @@ def assign_targets(
         gx, gy = cell[:, 0].clamp(0, width - 1), cell[:, 1].clamp(0, height - 1)
         offset = grid_xy - torch.stack((gx, gy), dim=1).to(grid_xy.dtype)
         box = torch.cat((offset, wh[chosen] / stride), dim=1)
-        assigned.append({"image": image[chosen], "anchor": anchor, "gy": gy, "gx": gx, "box": box, "label": labels[chosen]})
+        assigned.append(
+            {"image": image[chosen], "anchor": anchor, "gy": gy, "gx": gx, "box": box, "label": labels[chosen]}
+        )
     return assigned
 
 
@@ -248,7 +253,9 @@ class YOLOv3(nn.Module):
             if match["image"].numel():
                 pred = out[match["image"], match["anchor"], match["gy"], match["gx"]]  # (P, 5 + C)
                 anchor_wh = self.anchors[list(mask)][match["anchor"]] / stride  # grid units
-                pred_box = torch.cat((pred[:, :2].sigmoid(), pred[:, 2:4].clamp(max=DEFAULT_SCALE_CLAMP).exp() * anchor_wh), dim=1)
+                pred_box = torch.cat(
+                    (pred[:, :2].sigmoid(), pred[:, 2:4].clamp(max=DEFAULT_SCALE_CLAMP).exp() * anchor_wh), dim=1
+                )
                 loss_box = loss_box + (1.0 - _aligned_giou(pred_box, match["box"])).mean()
                 obj_target[match["image"], match["anchor"], match["gy"], match["gx"]] = 1.0
                 class_target = F.one_hot(match["label"], self.cfg.num_classes).to(pred.dtype)
@@ -259,9 +266,14 @@ class YOLOv3(nn.Module):
     def detect(self, outputs: Sequence[Tensor], image_sizes: Sequence[tuple[int, int]]) -> list[dict[str, Tensor]]:
         """Decode, threshold, cap at ``max_nms`` candidates and run class-wise NMS per image."""
         cfg = self.cfg
-        decoded = [decode_level(out, self.anchors[list(mask)], stride) for out, mask, stride in zip(outputs, ANCHOR_MASKS, STRIDES)]
+        decoded = [
+            decode_level(out, self.anchors[list(mask)], stride)
+            for out, mask, stride in zip(outputs, ANCHOR_MASKS, STRIDES)
+        ]
         boxes = torch.cat([d[0] for d in decoded], dim=1)  # (B, N, 4)
-        scores = torch.cat([d[1] for d in decoded], dim=1)[..., None] * torch.cat([d[2] for d in decoded], dim=1)  # (B, N, C)
+        scores = torch.cat([d[1] for d in decoded], dim=1)[..., None] * torch.cat(
+            [d[2] for d in decoded], dim=1
+        )  # (B, N, C)
         detections = []
         for image_boxes, image_scores, size in zip(boxes, scores, image_sizes):
             flat = image_scores.flatten()
@@ -275,7 +287,9 @@ class YOLOv3(nn.Module):
         return detections
 
 
-def _create_yolov3(ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+def _create_yolov3(
+    ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any
+) -> Workload:
     """YOLOv3 on letterboxed synthetic COCO-like batches; ``kwargs`` are :class:`YOLOv3Config` fields."""
     # Smoke: a quarter of the width (every Darknet and head conv kept) on 64x64 images, and 8
     # classes: with random weights nearly every (anchor, class) pair passes conf_thresh, and at
@@ -285,7 +299,9 @@ def _create_yolov3(ctx: BuildContext, *, image_size: int | None = None, max_boxe
     side = image_size or ctx.pick(416, 64)
     if side < 32 or side % 32:
         raise ValueError(f"invalid YOLOv3 image_size {side}; accepted: a positive multiple of 32 (e.g. 320, 416, 608)")
-    images, image_sizes, targets = synthetic_detection_batch(ctx, (side, side), cfg.num_classes, max_boxes or ctx.pick(20, 3))
+    images, image_sizes, targets = synthetic_detection_batch(
+        ctx, (side, side), cfg.num_classes, max_boxes or ctx.pick(20, 3)
+    )
     model = YOLOv3(cfg)
     optimizer = None
     if ctx.train:  # yolov3.cfg: learning_rate=0.001, momentum=0.9, decay=0.0005

@@ -12,8 +12,9 @@ then a G update with vanilla GAN loss + 100 x L1.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -110,7 +110,9 @@ def ctc_greedy_decode(logits: Tensor, blank: int) -> dict[str, Tensor]:
 
 def tokens_to_words(decoded: dict[str, Tensor], vocab: str) -> list[str]:
     """Strings from :func:`ctc_greedy_decode` output."""
-    return ["".join(vocab[i] for i in row[:n]) for row, n in zip(decoded["tokens"].tolist(), decoded["lengths"].tolist())]
+    return [
+        "".join(vocab[i] for i in row[:n]) for row, n in zip(decoded["tokens"].tolist(), decoded["lengths"].tolist())
+    ]
 
 
 class CRNN(nn.Module):
@@ -174,14 +176,21 @@ def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     cfg = CRNNConfig(**{**({"vgg_width_mult": 0.25} if ctx.smoke else {}), **kwargs})
     height, width = cfg.input_size
     if height < 32 or height % 32 or width < 8 or width % 4:
-        raise ValueError(f"invalid CRNN input_size {cfg.input_size}; accepted: height a positive multiple of 32, width a multiple of 4 of at least 8")
+        raise ValueError(
+            f"invalid CRNN input_size {cfg.input_size}; accepted: height a positive multiple of 32, "
+            "width a multiple of 4 of at least 8"
+        )
     if not 1 <= cfg.max_label_length <= width // 8:
-        raise ValueError(f"invalid max_label_length {cfg.max_label_length}; accepted: 1..{width // 8} for width {width}")
+        raise ValueError(
+            f"invalid max_label_length {cfg.max_label_length}; accepted: 1..{width // 8} for width {width}"
+        )
     crops = ctx.rand(ctx.batch_size, 3, height, width) * 255.0
     # Labels (B, S) padded with the blank; CTC reads only the first `lengths` of each row.
     lengths = ctx.randint(1, cfg.max_label_length + 1, (ctx.batch_size,))
     labels = ctx.randint(0, len(cfg.vocab), (ctx.batch_size, cfg.max_label_length))
-    labels = torch.where(torch.arange(cfg.max_label_length, device=ctx.device)[None] < lengths[:, None], labels, len(cfg.vocab))
+    labels = torch.where(
+        torch.arange(cfg.max_label_length, device=ctx.device)[None] < lengths[:, None], labels, len(cfg.vocab)
+    )
     model = CRNN(cfg)
     # docTR's recognition reference trains with Adam (lr 1e-3, betas 0.95/0.99)
     optimizer = ctx.optimizer(model.parameters(), "adam", lr=1e-3, betas=(0.95, 0.99)) if ctx.train else None

@@ -31,8 +31,9 @@ probability over the region's pixels rather than over its bounding rectangle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -92,10 +93,13 @@ class FeatureFusion(nn.Module):
         super().__init__()
         level_ch = out_ch // len(in_channels)
         self.in_branches = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(c, out_ch, 1, bias=False), nn.BatchNorm2d(out_ch), nn.ReLU(inplace=True)) for c in in_channels
+            nn.Sequential(nn.Conv2d(c, out_ch, 1, bias=False), nn.BatchNorm2d(out_ch), nn.ReLU(inplace=True))
+            for c in in_channels
         )
         self.out_branches = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(out_ch, level_ch, 3, padding=1, bias=False), nn.BatchNorm2d(level_ch), nn.ReLU(inplace=True))
+            nn.Sequential(
+                nn.Conv2d(out_ch, level_ch, 3, padding=1, bias=False), nn.BatchNorm2d(level_ch), nn.ReLU(inplace=True)
+            )
             for _ in in_channels
         )
 
@@ -163,7 +167,12 @@ def _offset(boxes: Tensor, ratio: float) -> Tensor:
 
 
 def db_targets(
-    boxes: Sequence[Tensor], height: int, width: int, shrink_ratio: float = 0.4, thresh_min: float = 0.3, thresh_max: float = 0.7
+    boxes: Sequence[Tensor],
+    height: int,
+    width: int,
+    shrink_ratio: float = 0.4,
+    thresh_min: float = 0.3,
+    thresh_max: float = 0.7,
 ) -> dict[str, Tensor]:
     """Probability and threshold targets ``(B, 1, H, W)`` for axis-aligned text boxes.
 
@@ -231,7 +240,11 @@ def connected_components(mask: Tensor) -> Tensor:
 
 
 def regions_to_boxes(
-    prob: Tensor, bin_thresh: float = 0.3, box_thresh: float = 0.1, unclip_ratio: float = 1.5, min_side: int = MIN_REGION_SIDE
+    prob: Tensor,
+    bin_thresh: float = 0.3,
+    box_thresh: float = 0.1,
+    unclip_ratio: float = 1.5,
+    min_side: int = MIN_REGION_SIDE,
 ) -> list[dict[str, Tensor]]:
     """Text boxes from probability maps ``(B, H, W)``: threshold, label regions, score, expand.
 
@@ -305,7 +318,9 @@ class DBNet(nn.Module):
             features.append(x)
         return self.fpn(features)  # (B, head_chans, H/4, W/4)
 
-    def forward(self, images: Tensor, targets: dict[str, Tensor] | None = None) -> dict[str, Tensor] | list[dict[str, Tensor]]:
+    def forward(
+        self, images: Tensor, targets: dict[str, Tensor] | None = None
+    ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
         fused = self._features(images)
         logits = self.prob_head(fused)  # (B, 1, H, W)
         if not self.training:
@@ -321,7 +336,9 @@ class DBNet(nn.Module):
         }
 
 
-def synthetic_text_boxes(ctx: BuildContext, size: tuple[int, int], max_boxes: int, min_height: float, max_height: float) -> list[Tensor]:
+def synthetic_text_boxes(
+    ctx: BuildContext, size: tuple[int, int], max_boxes: int, min_height: float, max_height: float
+) -> list[Tensor]:
     """Per image 1..``max_boxes`` word boxes ``(N, 4)`` xyxy: log-uniform heights, 1.5-10x wider than tall."""
     height, width = size
     boxes = []
@@ -345,7 +362,9 @@ class TextDetectionWorkload(Workload):
         return sum(outputs.values())
 
 
-def _create_dbnet(ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any) -> Workload:
+def _create_dbnet(
+    ctx: BuildContext, *, image_size: int | None = None, max_boxes: int | None = None, **kwargs: Any
+) -> Workload:
     """DBNet on synthetic pages; ``kwargs`` are :class:`DBNetConfig` fields."""
     # Smoke: the ResNet family's smoke width and a quarter of the FPN width, every layer kept.
     smoke = {"backbone_width_mult": SMOKE_WIDTH_MULT, "head_chans": 64} if ctx.smoke else {}

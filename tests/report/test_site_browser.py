@@ -15,10 +15,9 @@ import pytest
 pytest.importorskip("plotly", reason="the dashboard needs plotly (pip install plotly)")
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright (pip install playwright)")
 
-# E402: the importorskip checks above must run before these imports
-from torchgauge.report.site import build_site  # noqa: E402
-from torchgauge.report.site.data import model_slug  # noqa: E402
-from torchgauge.results.store import Store  # noqa: E402
+from torchgauge.report.site import build_site  # noqa: E402  (after the importorskip checks)
+from torchgauge.report.site.data import model_slug  # noqa: E402  (after the importorskip checks)
+from torchgauge.results.store import Store  # noqa: E402  (after the importorskip checks)
 
 CHROMIUM = os.environ.get("TORCHGAUGE_CHROMIUM", "/usr/bin/chromium")
 

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, UnsupportedError, Workload
 
-from ...common.resnet import group_norm, resnet
+from ...common.resnet import SMOKE_WIDTH_MULT, group_norm, resnet
 
 __all__ = ["per_sample_gradients", "privatize_gradients"]
 
@@ -114,7 +114,7 @@ def _create_dp_resnet(
 ) -> Workload:
     # Labels are CIFAR-10's 10 classes; the head may be wider (TorchBench's functorch_dp_cifar10
     # keeps torchvision resnet18's 1000-way head).
-    model = resnet(18, num_classes=num_classes, norm_layer=group_norm)
+    model = resnet(18, num_classes=num_classes, norm_layer=group_norm, width_mult=ctx.pick(1.0, SMOKE_WIDTH_MULT))
     images = ctx.randn(ctx.batch_size, 3, _IMAGE_SIZE, _IMAGE_SIZE)
     labels = ctx.randint(0, _NUM_CLASSES, (ctx.batch_size,))
     if engine == "functorch":

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from ...common.resnet import resnet
+from ...common.resnet import SMOKE_WIDTH_MULT, resnet
 
 __all__ = ["MoCo"]
 
@@ -42,10 +42,11 @@ class MoCoConfig:
     temperature: float = 0.07  # v1; v2 uses 0.2
     mlp: bool = False  # v2: a 2-layer MLP projection head
     image_size: int = 224
+    width_mult: float = 1.0  # ResNet stage widths (smoke: SMOKE_WIDTH_MULT; depth and blocks kept)
 
 
 def _encoder(cfg: MoCoConfig) -> nn.Module:
-    net = resnet(cfg.depth, num_classes=cfg.dim)
+    net = resnet(cfg.depth, num_classes=cfg.dim, width_mult=cfg.width_mult)
     if cfg.mlp:  # v2: fc -> Linear(C, C), ReLU, fc
         fc = net.head.fc
         net.head.fc = nn.Sequential(nn.Linear(fc.in_features, fc.in_features), nn.ReLU(inplace=True), fc)
@@ -114,7 +115,7 @@ class MoCoPairsWorkload(Workload):
 
 
 def _create_moco(ctx: BuildContext, pairs: int = 1, **kwargs) -> Workload:
-    smoke = dict(depth=18, queue_size=256, image_size=32) if ctx.smoke else {}
+    smoke = dict(depth=18, queue_size=256, image_size=32, width_mult=SMOKE_WIDTH_MULT) if ctx.smoke else {}
     cfg = replace(MoCoConfig(), **{**smoke, **kwargs})
     model = MoCo(cfg)
     # (query, key) views, pair after pair

@@ -108,10 +108,12 @@ class VisionTransformer(nn.Module):
 def _create_vit(
     ctx: BuildContext, cfg: ViTConfig, *, workload: Callable[..., Workload] = image_classification, **kwargs
 ) -> Workload:
-    # Smoke: 32 px (2x2 patches) and two blocks of the same width; the full depth holds
-    # 85M (B) / 302M (L) weights whose init and optimizer steps alone take seconds on a CPU.
+    # Smoke: 32 px (2x2 patches), two blocks at a quarter of the width (same heads, head dim
+    # a quarter); the full network holds 85M (B) / 302M (L) weights whose init and optimizer
+    # steps alone take seconds on a CPU, and at full width ViT-L's two blocks still took 123 ms.
     # ``workload``: our image_classification step, or TorchBench's timm step for timm_*.
-    cfg = replace(cfg, **{"image_size": ctx.pick(cfg.image_size, 32), "depth": ctx.pick(cfg.depth, 2), **kwargs})
+    smoke = {"image_size": 32, "depth": 2, "embed_dim": cfg.embed_dim // 4}
+    cfg = replace(cfg, **{**ctx.pick({}, smoke), **kwargs})
     return workload(ctx, VisionTransformer(cfg), image_size=cfg.image_size, num_classes=cfg.num_classes)
 
 

@@ -164,9 +164,7 @@ def run_trial(work: Path, seed: int, metric: str, timeout: float) -> dict[str, A
         "factor": round(factor, 2),
         "exit": code,
         "wall_s": round(wall, 1),
-        "cpu_s": round(
-            cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime, 1
-        ),
+        "cpu_s": round(cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime, 1),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
     }
@@ -186,7 +184,9 @@ def run_trial(work: Path, seed: int, metric: str, timeout: float) -> dict[str, A
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    head = "| metric | seed | planted (factor) | outcome | named | points | builds | wall s | CPU s | load before/after |"
+    head = (
+        "| metric | seed | planted (factor) | outcome | named | points | builds | wall s | CPU s | load before/after |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(

@@ -3,15 +3,17 @@
 
 ``--runs`` invocations of ``torchgauge run MODELS`` (each configuration in its own fresh worker
 process, as the nightly runs them) of one build; every pair of consecutive runs is compared
-with ``compare_results``. Reported: per configuration the peak-memory values and their
-spread, and how many A/A pairs the memory rule flags.
+with ``compare_results`` (``--all-pairs``: every ordered pair). Reported: per configuration the
+peak-memory values and their spread, and how many A/A pairs the memory rule flags.
 
     PYTHONPATH=src python benchmarks/memory_spread.py --runs 6 --workdir /tmp/memspread
+    PYTHONPATH=src python benchmarks/memory_spread.py --models resnet18 --size full --threads all --all-pairs
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -29,6 +31,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--size", default="smoke")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--mode", default="both", choices=("train", "eval", "both"))
+    parser.add_argument("--batch-size", help="override every model's batch size")
+    parser.add_argument("--threads", default="1", help="run's --threads: N or 'all' (torch's default count)")
+    parser.add_argument(
+        "--all-pairs", action="store_true", help="compare every ordered pair, not only consecutive runs"
+    )
     parser.add_argument("--workdir", default="memory-spread")
     parser.add_argument("--reuse", action="store_true", help="analyse the results already in --workdir")
     args = parser.parse_args()
@@ -36,6 +44,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     paths = [work / f"run-{i}.json" for i in range(args.runs)]
     loads = []
+    extra = ["--batch-size", args.batch_size] if args.batch_size else []
     for path in paths:
         if args.reuse and path.exists():
             continue
@@ -51,6 +60,11 @@ def main() -> None:
                 args.size,
                 "--repeat",
                 str(args.repeat),
+                "--mode",
+                args.mode,
+                "--threads",
+                args.threads,
+                *extra,
                 "--output",
                 str(path),
                 "--quiet",
@@ -58,10 +72,11 @@ def main() -> None:
             ],
             capture_output=True,
         )
+        loads[-1] = f"{loads[-1]:.1f}->{os.getloadavg()[0]:.1f}"
     results = [load_results(p) for p in paths]
     print(
-        f"# {args.runs} runs of {len(args.models)} models ({args.size}); load average at starts: "
-        + ", ".join(f"{v:.1f}" for v in loads)
+        f"# {args.runs} runs of {len(args.models)} models ({args.size}, mode {args.mode}, threads {args.threads}, "
+        f"batch {args.batch_size or 'default'}); load average before->after each run: " + ", ".join(loads)
     )
     print("| configuration | metric | values (MiB) | spread (max-min) | spread / median |")
     print("|---|---|---|---|---|")
@@ -76,7 +91,7 @@ def main() -> None:
                     f"| {rec.config.model}/{rec.config.mode} | {metric} | {', '.join(f'{v:.1f}' for v in values)} | "
                     f"{max(values) - min(values):.1f} | {(max(values) - min(values)) / mid:.1%} |"
                 )
-    pairs = list(zip(results, results[1:]))
+    pairs = list(itertools.permutations(results, 2)) if args.all_pairs else list(zip(results, results[1:]))
     flagged = compared = 0
     for base, new in pairs:
         cmp = compare_results(base, new)

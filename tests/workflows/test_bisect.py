@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -438,6 +439,9 @@ def test_bimodal_endpoints_make_the_culprit_uncertain():
     outcome = report.outcomes[0]
     assert outcome.status == "uncertain" and "bimodal samples at p0" in outcome.message
     assert outcome.culprits[0].reason == "uncertain" and outcome.culprits[0].first_bad is None
+    assert "--threads 1" not in outcome.message and "--fastest 20%" in outcome.message  # it already used one
+    two = run_bisect(_ListSource(levels), replace(SPEC, threads=2), measure=measure, judging=Judging(retries=0))
+    assert "Re-run with --threads 1" in two.outcomes[0].message
 
 
 def test_format_change_reads_large_steps_as_factors():

@@ -126,9 +126,16 @@ def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, mult
         outcome.message = (
             "the evidence does not single out one culprit: "
             + "; ".join(dict.fromkeys(doubts))
-            + ". Re-run with --threads 1 on a quieter machine or with --metric instructions"
+            + _rerun_advice(store.spec)
         )
     outcome.probes = [(points[i].label, v) for i, v in result.probes]
     outcome.uncertain = judge.uncertain
     outcome.noise = judge.noise([i for i, _ in result.probes])
     return outcome
+
+
+def _rerun_advice(spec: MeasureSpec) -> str:
+    """What to change for a clearer verdict; threads only when the measurement used more than one."""
+    if spec.threads == 1:
+        return ". Re-run on a quieter machine, with --fastest 20%, or with --metric instructions"
+    return ". Re-run with --threads 1 on a quieter machine or with --metric instructions"

@@ -133,7 +133,7 @@ def make_repo(path: Path, culprit: int, factor: float) -> list[str]:
     return shas
 
 
-def run_trial(work: Path, seed: int, metric: str, timeout: float) -> dict[str, Any]:
+def run_trial(work: Path, seed: int, metric: str, timeout: float, extra: list[str]) -> dict[str, Any]:
     """One bisection of a freshly generated repository; its outcome, cost and load."""
     rng = random.Random(seed)
     culprit = rng.randrange(1, N_COMMITS)  # 0 is the good endpoint
@@ -147,6 +147,7 @@ def run_trial(work: Path, seed: int, metric: str, timeout: float) -> dict[str, A
     cmd += ["--bad", shas[-1], "--build", BUILD, "--pythonpath", ".", "--cache-dir", str(trial / "cache"), "--json"]
     if metric != "time":
         cmd += ["--metric", metric]
+    cmd += extra
     load_before = os.getloadavg()[0]
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -159,6 +160,7 @@ def run_trial(work: Path, seed: int, metric: str, timeout: float) -> dict[str, A
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     row: dict[str, Any] = {
         "seed": seed,
+        "options": " ".join(extra),
         "metric": metric,
         "planted": culprit,
         "factor": round(factor, 2),
@@ -205,6 +207,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per bisection")
     parser.add_argument("--workdir", help="keep the repositories and caches here (default: a temp dir)")
     parser.add_argument("--output", help="also write the rows as JSON here")
+    parser.add_argument(
+        "--bisect-arg", action="append", default=[], help="extra bisect option, e.g. --bisect-arg=--fastest=20%%"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bisect-accuracy-") as tmp:
         work = Path(args.workdir) if args.workdir else Path(tmp)
@@ -212,7 +217,7 @@ def main() -> None:
         plan = [("time", args.seed + k) for k in range(args.trials)]
         plan += [("instructions", args.seed + k) for k in range(args.instruction_trials)]
         for metric, seed in plan:
-            row = run_trial(work, seed, metric, args.timeout)
+            row = run_trial(work, seed, metric, args.timeout, args.bisect_arg)
             print(json.dumps(row), flush=True)
             rows.append(row)
             if args.output:

@@ -23,7 +23,8 @@ MODELS = ["resnet18", "dlrm", "mobilenet_v2", "squeezenet1_1", "lennard_jones", 
 
 
 def main() -> None:
-    from torchgauge.compare.regression import MEMORY_METRICS, compare_results
+    from torchgauge.compare.regression import compare_results
+    from torchgauge.harness.metrics import quantities
     from torchgauge.results.schema import load_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("--workdir", default="memory-spread")
     parser.add_argument("--reuse", action="store_true", help="analyse the results already in --workdir")
     args = parser.parse_args()
+    memory_metrics = tuple(q.record_key for q in quantities() if q.rule == "memory")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     paths = [work / f"run-{i}.json" for i in range(args.runs)]
@@ -82,7 +84,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for rec in results[0].runs:
         key = rec.config.key()
-        for metric in MEMORY_METRICS:
+        for metric in memory_metrics:
             values = [r.metrics.get(metric) for res in results for r in res.runs if r.config.key() == key]
             values = [v for v in values if isinstance(v, (int, float))]
             if len(values) > 1:
@@ -95,7 +97,11 @@ def main() -> None:
     flagged = compared = 0
     for base, new in pairs:
         cmp = compare_results(base, new)
-        memory = [f for f in (*cmp.regressions, *cmp.improvements, *cmp.unchanged) if f.metric in MEMORY_METRICS]
+        memory = [
+            f
+            for f in (*cmp.regressions, *cmp.improvements, *cmp.unchanged, *cmp.inconclusive)
+            if f.metric in memory_metrics
+        ]
         compared += len(memory)
         hits = [f for f in memory if f.verdict != "unchanged"]
         flagged += len(hits)

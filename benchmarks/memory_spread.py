@@ -94,7 +94,8 @@ def main() -> None:
                     f"{max(values) - min(values):.1f} | {(max(values) - min(values)) / mid:.1%} |"
                 )
     pairs = list(itertools.permutations(results, 2)) if args.all_pairs else list(zip(results, results[1:]))
-    flagged = compared = 0
+    flagged = compared = beyond_floor = 0
+    largest: dict[str, float] = {}
     for base, new in pairs:
         cmp = compare_results(base, new)
         memory = [
@@ -105,9 +106,18 @@ def main() -> None:
         compared += len(memory)
         hits = [f for f in memory if f.verdict != "unchanged"]
         flagged += len(hits)
+        beyond_floor += sum(abs(f.new - f.base) >= f.detail["floor_mb"] for f in memory)
+        for f in memory:
+            name = f"{f.config.model}/{f.config.mode} {f.metric}"
+            largest[name] = max(largest.get(name, 0.0), abs(f.change))
         for f in hits:
             print(f"flag: {f.config.model}/{f.config.mode} {f.metric} {f.base:.1f} -> {f.new:.1f} ({f.change:+.1%})")
     print(f"A/A memory flags: {flagged} of {compared} comparisons ({len(pairs)} pairs)")
+    print(
+        f"changes beyond the spread floor alone (flagged if the threshold, {cmp.threshold:.0%}, were lower): "
+        f"{beyond_floor} of {compared}; largest A/A change: "
+        + ", ".join(f"{name} {change:.1%}" for name, change in largest.items())
+    )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ def run_bisect(
         >>> report.outcomes[0].culprits[0].first_bad["subject"]  # doctest: +SKIP
     """
     try:
+        if not spec.deterministic:
+            judging.check_power(spec.base.repeat)
         store = PointStore(source, spec, measure=measure, cache_dir=cache_dir, on_event=on_event)
         n = len(store.points)
         outcomes = [_bisect_config(store, label, n, judging, multiple) for label in store.labels]

@@ -440,7 +440,8 @@ def test_bimodal_endpoints_make_the_culprit_uncertain():
     assert outcome.status == "uncertain" and "bimodal samples at p0" in outcome.message
     assert outcome.culprits[0].reason == "uncertain" and outcome.culprits[0].first_bad is None
     # the advice names only remedies not already used (6 of 8 measured trials ran one thread)
-    assert outcome.message.endswith("Re-run on a quieter machine, with --fastest 20% or with --metric instructions")
+    advice = "Re-run on a quieter machine, with --fastest 20% --repeat 60 or with --metric instructions"
+    assert outcome.message.endswith(advice)
     two = run_bisect(_ListSource(levels), replace(SPEC, threads=2), measure=measure, judging=Judging(retries=0))
     assert "Re-run with --threads 1, on a quieter machine" in two.outcomes[0].message
     from torchgauge.workflows.bisect.driver import _rerun_advice

@@ -143,7 +143,7 @@ def _rerun_advice(spec: MeasureSpec, judging: Judging) -> str:
     if spec.threads != 1:
         remedies.insert(0, "with --threads 1")
     if judging.fastest == 1.0 and not is_deterministic(spec.metric):
-        remedies.append("with --fastest 20%")
+        remedies.append("with --fastest 20% --repeat 60")
     if not is_deterministic(spec.metric):
         remedies.append("with --metric instructions")
     return ". Re-run " + ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "") + remedies[-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -438,6 +439,15 @@ def test_bimodal_endpoints_make_the_culprit_uncertain():
     outcome = report.outcomes[0]
     assert outcome.status == "uncertain" and "bimodal samples at p0" in outcome.message
     assert outcome.culprits[0].reason == "uncertain" and outcome.culprits[0].first_bad is None
+    # the advice names only remedies not already used (6 of 8 measured trials ran one thread)
+    advice = "Re-run on a quieter machine, with --fastest 20% --repeat 60 or with --metric instructions"
+    assert outcome.message.endswith(advice)
+    two = run_bisect(_ListSource(levels), replace(SPEC, threads=2), measure=measure, judging=Judging(retries=0))
+    assert "Re-run with --threads 1, on a quieter machine" in two.outcomes[0].message
+    from torchgauge.workflows.bisect.driver import _rerun_advice
+
+    assert "--fastest" not in _rerun_advice(SPEC, Judging(fastest=0.2))
+    assert _rerun_advice(replace(SPEC, metric="instructions"), Judging()) == ". Re-run on a quieter machine"
 
 
 def test_format_change_reads_large_steps_as_factors():
@@ -503,3 +513,19 @@ def test_cache_dir_and_judging_defaults(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert Judging.for_metric("flops", threshold=0.5, retries=3) == Judging(threshold=0.5, retries=3)
     assert record_values({"time_ms": {"samples": [1.0, 2.0]}}, "time") == [1.0, 2.0]
     assert record_values({"flops": {"total": 7}}, "flops") == [7] and record_values({}, "op_counts") is None
+
+
+def test_fastest_fraction_that_leaves_too_few_samples_is_refused() -> None:
+    """--fastest 20% of 15 repeats leaves 3 samples: 3 vs 3 never reaches alpha 0.01 (8 of 8 trials uncertain)."""
+    levels = [1.0] * 10 + [1.5] * 6
+    with pytest.raises(BisectSetupError, match=r"leaves 3 samples a point.*use --repeat 21 or more"):
+        run_bisect(_ListSource(levels), SPEC, measure=lambda env, spec: {}, judging=Judging(fastest=0.2))
+    Judging(fastest=0.2).check_power(21)  # 5 samples: p can reach 0.004
+    counts = replace(SPEC, metric="instructions")  # one count a point: no rank test, no check
+    report = run_bisect(
+        _ListSource(levels),
+        counts,
+        measure=lambda env, spec: {c.label(): [levels[int(env.env["POINT"])]] for c in spec.configs()},
+        judging=Judging.for_metric("instructions", fastest=0.2),
+    )
+    assert report.outcomes[0].status == "bisected"

@@ -93,8 +93,8 @@ from .params import (
     default="100%",
     show_default=True,
     callback=fraction,
-    help="Compare only this fraction of each point's fastest samples, e.g. 20% on a shared "
-    "machine (load only adds time); 100% is compare's test.",
+    help="Compare only this fraction of each point's fastest samples, e.g. 20% with --repeat 60 on a "
+    "shared machine (load only adds time); 100% is compare's test.",
 )
 @click.option(
     "--threads",

@@ -13,6 +13,7 @@ from pathlib import Path
 from ...stats.range_search import BisectionError, BisectResult, bisect_range, find_culprits
 from .judging import ConfigJudge, Judging
 from .measure import MeasureFn
+from .metric_facts import is_deterministic
 from .point_cache import PointStore
 from .ranges import PointSource
 from .report import BisectReport, ConfigOutcome, CulpritReport
@@ -59,6 +60,8 @@ def run_bisect(
         >>> report.outcomes[0].culprits[0].first_bad["subject"]  # doctest: +SKIP
     """
     try:
+        if not spec.deterministic:
+            judging.check_power(spec.base.repeat)
         store = PointStore(source, spec, measure=measure, cache_dir=cache_dir, on_event=on_event)
         n = len(store.points)
         outcomes = [_bisect_config(store, label, n, judging, multiple) for label in store.labels]
@@ -129,9 +132,21 @@ def _bisect_config(store: PointStore, label: str, n: int, judging: Judging, mult
         outcome.message = (
             "the evidence does not single out one culprit: "
             + "; ".join(dict.fromkeys(doubts))
-            + ". Re-run with --threads 1 on a quieter machine or with --metric instructions"
+            + _rerun_advice(store.spec, judging)
         )
     outcome.probes = [(points[i].label, v) for i, v in result.probes]
     outcome.uncertain = judge.uncertain
     outcome.noise = judge.noise([i for i, _ in result.probes])
     return outcome
+
+
+def _rerun_advice(spec: MeasureSpec, judging: Judging) -> str:
+    """What to change for a clearer verdict: only the remedies this bisection did not already use."""
+    remedies = ["on a quieter machine"]
+    if spec.threads != 1:
+        remedies.insert(0, "with --threads 1")
+    if judging.fastest == 1.0 and not is_deterministic(spec.metric):
+        remedies.append("with --fastest 20% --repeat 60")
+    if not is_deterministic(spec.metric):
+        remedies.append("with --metric instructions")
+    return ". Re-run " + ", ".join(remedies[:-1]) + (" or " if len(remedies) > 1 else "") + remedies[-1]

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...stats.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_samples, median, relative_change
+from ...stats.compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    attainable_pvalue,
+    compare_samples,
+    median,
+    relative_change,
+)
 from ...stats.deterministic import compare_counts
 from ...stats.range_search import BAD, GOOD, SKIP, is_bimodal, step_is_consistent
 from ...stats.summary import summarize
@@ -52,6 +59,34 @@ class Judging:
             raise BisectSetupError(f"retries must be >= 0, got {self.retries}")
         if not 0 < self.fastest <= 1:
             raise BisectSetupError(f"fastest must be in (0, 1], got {self.fastest}")
+
+    def judged_count(self, repeat: int) -> int:
+        """How many of a point's ``repeat`` timing samples the rank test sees after ``fastest``."""
+        return max(1, math.ceil(repeat * self.fastest))
+
+    def check_power(self, repeat: int) -> None:
+        """Refuse a repeat count whose judged samples can never reach ``alpha``.
+
+        With ``--fastest 20%`` of the default 15 repeats, 3 samples a point remain; a rank
+        test on 3 against 3 cannot go below p = 0.05, so every point would be unclear and
+        the bisection would end in a list of candidates (measured: 8 of 8 trials).
+
+        Example:
+            >>> Judging(fastest=0.2).check_power(60)  # 12 samples a point: fine
+            >>> Judging(fastest=0.2).judged_count(15)  # the default repeat: refused (needs 21)
+            3
+        """
+        k = self.judged_count(repeat)
+        if attainable_pvalue(k, k) <= self.alpha:
+            return
+        needed = next(
+            r for r in range(repeat + 1, 100_000) if attainable_pvalue(*[self.judged_count(r)] * 2) <= self.alpha
+        )
+        raise BisectSetupError(
+            f"--fastest {self.fastest:.0%} of --repeat {repeat} leaves {k} samples a point; a rank test on {k} "
+            f"against {k} cannot reach alpha {self.alpha:g} (best p {attainable_pvalue(k, k):.2g}); "
+            f"use --repeat {needed} or more"
+        )
 
     @classmethod
     def for_metric(cls, metric: str, *, threshold: float | None = None, **settings: Any) -> Judging:

@@ -52,8 +52,9 @@ class GeneralizedRCNN(nn.Module):
             width=cfg.width,
         )
         if cfg.neck == "fpn":
-            self.fpn = FPN([self.backbone.out_channels[name] for name in STAGE_NAMES], 256, top_block="maxpool")
-            channels, rpn_strides, roi_strides = 256, (4, 8, 16, 32, 64), (4, 8, 16, 32)
+            in_channels = [self.backbone.out_channels[name] for name in STAGE_NAMES]
+            self.fpn = FPN(in_channels, cfg.fpn_channels, top_block="maxpool")
+            channels, rpn_strides, roi_strides = cfg.fpn_channels, (4, 8, 16, 32, 64), (4, 8, 16, 32)
         else:
             name = out_features[0]
             channels, rpn_strides = self.backbone.out_channels[name], (self.backbone.strides[name],)
@@ -105,8 +106,9 @@ _SMOKE = dict(rpn_pre_nms_topk=(64, 64), rpn_post_nms_topk=(8, 8), roi_batch_per
 # Every variant also gets a narrower ResNet and box head at smoke size (the layer types are
 # unchanged): C4 runs res5 on every proposal (~0.7 GMAC each at width 64, 10 s per smoke eval
 # step on 2 cores), DC5 has >160M parameters (a 2048x2048 RPN conv and a 100k x 1024 FC), and
-# the full-width FPN backbones made a vision_maskrcnn smoke train step 61 GFLOP (42 narrow).
-_SMOKE_NARROW = dict(width=16, fc_dim=256)
+# the full-width FPN backbones made a vision_maskrcnn smoke train step 61 GFLOP (42 narrow);
+# the 256-channel FPN, RPN and mask head then still held most of it, so they run at 64.
+_SMOKE_NARROW = dict(width=16, fc_dim=256, fpn_channels=64, mask_dim=64)
 DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
 
 

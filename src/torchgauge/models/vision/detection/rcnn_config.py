@@ -24,6 +24,8 @@ class RCNNConfig:
     stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
     width: int = 64  # ResNet stem / res2 width; smoke runs shrink it (_SMOKE_NARROW)
     fc_dim: int = 1024  # hidden size of the two-FC box head
+    fpn_channels: int = 256  # FPN output (and so RPN and RoI-head input) channels
+    mask_dim: int = 256  # channels of the mask head's convs and deconvolution
     anchor_sizes: tuple[float, ...] = (32, 64, 128, 256, 512)  # one per FPN level, or all on C4/DC5
     anchor_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
     round_anchors: bool = False  # torchvision rounds anchor corners to integers

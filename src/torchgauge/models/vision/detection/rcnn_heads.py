@@ -34,7 +34,6 @@ __all__ = ["RPN", "RoIHeads"]
 
 # Box-regression weights of the second stage (Detectron2 and torchvision defaults).
 ROI_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
-MASK_CONV_DIM = 256
 
 
 class RPN(nn.Module):
@@ -193,15 +192,15 @@ class RoIHeads(nn.Module):
                 self.mask_pooler = RoIPooler(14, *pool_args)
                 for i in range(4):
                     layers += [
-                        nn.Conv2d(mask_in if i == 0 else MASK_CONV_DIM, MASK_CONV_DIM, 3, padding=1),
+                        nn.Conv2d(mask_in if i == 0 else cfg.mask_dim, cfg.mask_dim, 3, padding=1),
                         nn.ReLU(inplace=True),
                     ]
             layers += [
-                nn.ConvTranspose2d(mask_in if self.c4 else MASK_CONV_DIM, MASK_CONV_DIM, 2, stride=2),
+                nn.ConvTranspose2d(mask_in if self.c4 else cfg.mask_dim, cfg.mask_dim, 2, stride=2),
                 nn.ReLU(inplace=True),
             ]
             self.mask_head = nn.Sequential(*layers)
-            self.mask_predictor = nn.Conv2d(MASK_CONV_DIM, num_box_classes, 1)
+            self.mask_predictor = nn.Conv2d(cfg.mask_dim, num_box_classes, 1)
             for module in self.mask_head.modules():
                 if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
                     nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")

@@ -67,6 +67,10 @@ def _torchgauge(model: str, mode: str, timeout_s: float) -> dict[str, object]:
                 "3",
                 "--metrics",
                 "time",
+                # torch's default thread count, as TorchBench's run.py uses (torchgauge defaults
+                # to one intra-op thread for stability on shared machines)
+                "--threads",
+                "all",
                 "-o",
                 str(out),
                 "--quiet",

@@ -49,8 +49,7 @@ from ..stats.compare import (
     pooled_or_group_medians,
 )
 from ..stats.deterministic import compare_counts, op_count_changes
-from .env_notes import hardware_note, threads_note
-from .findings import (
+from .comparison import (
     EXIT_INCONCLUSIVE,
     EXIT_REGRESSION,
     FINDING_KEYS,
@@ -60,6 +59,7 @@ from .findings import (
     exit_code,
     parse_threshold,
 )
+from .env_notes import hardware_note, threads_note
 from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, match_groups
 
 __all__ = [

@@ -21,6 +21,7 @@ import pytest
 from torchgauge.cli import main
 from torchgauge.config import RunConfig
 from torchgauge.workflows.bisect import (
+    DEFAULT_REPEAT,
     BisectSetupError,
     BuildFailed,
     GitRange,
@@ -529,3 +530,10 @@ def test_fastest_fraction_that_leaves_too_few_samples_is_refused() -> None:
         judging=Judging.for_metric("instructions", fastest=0.2),
     )
     assert report.outcomes[0].status == "bisected"
+
+
+def test_measure_spec_of_puts_run_fields_into_the_base_configuration() -> None:
+    spec = MeasureSpec.of(["m"], ["eval"], device="cpu", size="smoke", warmup=1, metric="op_counts", threads=2)
+    assert (spec.models, spec.modes, spec.metric, spec.threads) == (("m",), ("eval",), "op_counts", 2)
+    assert (spec.base.size, spec.base.warmup, spec.base.repeat) == ("smoke", 1, DEFAULT_REPEAT)
+    assert [(c.model, c.mode, c.size, c.metrics) for c in spec.configs()] == [("m", "eval", "smoke", ("op_counts",))]

@@ -179,7 +179,7 @@ def bisect_command(**kw: object) -> None:
 
 
 def _spec(kw: dict):
-    from ..config import ConfigError, RunConfig, check_names
+    from ..config import ConfigError, check_names
     from ..harness.threads import parse_threads
     from ..workflows.bisect import MeasureSpec
 
@@ -194,19 +194,16 @@ def _spec(kw: dict):
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--threads") from None
     models = selected_models(kw["patterns"], kw["model_files"])
-    return MeasureSpec(
-        models=tuple(models),
-        modes=("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
-        base=RunConfig(
-            model="",
-            device=kw["device"],
-            precision=kw["precision"],
-            backend=kw["backend"],
-            batch_size=kw["batch_size"],
-            size=kw["size"],
-            repeat=kw["repeat"],
-            warmup=kw["warmup"],
-        ),
+    return MeasureSpec.of(
+        models,
+        ("train", "eval") if kw["mode"] == "both" else (kw["mode"],),
+        device=kw["device"],
+        precision=kw["precision"],
+        backend=kw["backend"],
+        batch_size=kw["batch_size"],
+        size=kw["size"],
+        repeat=kw["repeat"],
+        warmup=kw["warmup"],
         model_files=tuple(str(Path(p).resolve()) for p in kw["model_files"]),
         metric=kw["metric"],
         threads=threads,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...config import RunConfig
 from ...harness.threads import DEFAULT_INTRA_OP_THREADS
@@ -53,6 +55,13 @@ class MeasureSpec:
             raise BisectSetupError(f"invalid metric {self.metric!r}; accepted: {', '.join(bisect_metrics())}")
         if not self.models or not self.modes:
             raise BisectSetupError("nothing to measure: give at least one model and one mode")
+
+    @classmethod
+    def of(cls, models: Sequence[str], modes: Sequence[str], **settings: Any) -> MeasureSpec:
+        """A spec from flat settings: the :data:`BASE_FIELDS` go into the base configuration,
+        the rest (``model_files``, ``metric``, ``threads``) are the spec's own."""
+        base = {name: settings.pop(name) for name in BASE_FIELDS if name in settings}
+        return cls(tuple(models), tuple(modes), RunConfig(model="", **{"repeat": DEFAULT_REPEAT, **base}), **settings)
 
     @property
     def deterministic(self) -> bool:

@@ -21,6 +21,7 @@ children, and the 1-minute load average before and after.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -32,54 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-N_COMMITS = 32
-BASE_ITERATIONS = 20_000
-BUILD = "python -m py_compile slowpkg/__init__.py"
-
-_PACKAGE = '''"""slowpkg revision {rev}."""
-
-ITERATIONS = {iterations}
-
-
-def work():
-    total = 0
-    for i in range(ITERATIONS):
-        total += i * i
-    return total
-'''
-
-_PYPROJECT = """[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "slowpkg"
-version = "0.1"
-"""
-
-_PLUGIN = '''"""A plugin model whose step is slowpkg.work() of the checkout being bisected."""
-
-import torch
-from torch import nn
-
-from torchgauge import register_model
-from torchgauge.workload import Workload
-
-
-class _Work(nn.Module):
-    def forward(self, x):
-        import slowpkg
-
-        slowpkg.work()
-        return x
-
-
-@register_model(domain="other", task="bisect_benchmark", source="benchmarks/bisect_accuracy.py", batch_size=1,
-                modes=("eval",))
-def slowpkg_work(ctx):
-    """Calls slowpkg.work() once per step."""
-    return Workload(ctx, _Work(), (torch.zeros(1),))
-'''
+# The planted-slowdown repository generator, shared with tests/workflows/test_bisect.py.
+_SPEC = importlib.util.spec_from_file_location(
+    "slowpkg_repo", Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "slowpkg_repo.py"
+)
+slowpkg_repo = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(slowpkg_repo)
+N_COMMITS, BASE_ITERATIONS, BUILD = slowpkg_repo.N_COMMITS, slowpkg_repo.BASE_ITERATIONS, slowpkg_repo.BUILD
 
 # Outcomes of one trial, in the order the summary lists them.
 OUTCOMES = ("right", "wrong", "uncertain, planted among candidates", "uncertain, planted missing", "not found")
@@ -105,43 +65,15 @@ def classify_trial(report: dict[str, Any], planted: str) -> str:
     return "uncertain, planted missing"
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "bench",
-        "GIT_AUTHOR_EMAIL": "bench@example.com",
-        "GIT_COMMITTER_NAME": "bench",
-        "GIT_COMMITTER_EMAIL": "bench@example.com",
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(repo),
-    }
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
-
-
-def make_repo(path: Path, culprit: int, factor: float) -> list[str]:
-    """A repository of :data:`N_COMMITS` commits; commit ``culprit`` multiplies ITERATIONS by ``factor``."""
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    (path / "slowpkg").mkdir()
-    (path / "pyproject.toml").write_text(_PYPROJECT)
-    shas = []
-    for i in range(N_COMMITS):
-        iterations = round(BASE_ITERATIONS * factor) if i >= culprit else BASE_ITERATIONS
-        (path / "slowpkg" / "__init__.py").write_text(_PACKAGE.format(rev=i, iterations=iterations))
-        _git(path, "add", "-A")
-        _git(path, "commit", "-q", "-m", f"make work() {factor:.2f}x slower" if i == culprit else f"revision {i}")
-        shas.append(_git(path, "rev-parse", "HEAD").strip())
-    return shas
-
-
 def run_trial(work: Path, seed: int, metric: str, timeout: float, extra: list[str]) -> dict[str, Any]:
     """One bisection of a freshly generated repository; its outcome, cost and load."""
     rng = random.Random(seed)
     culprit = rng.randrange(1, N_COMMITS)  # 0 is the good endpoint
     factor = rng.uniform(1.5, 2.5)
     trial = work / f"{metric}-seed{seed}"
-    shas = make_repo(trial / "repo", culprit, factor)
+    shas = slowpkg_repo.make_repo(trial / "repo", {culprit: round(BASE_ITERATIONS * factor)})
     plugin = trial / "plugin.py"
-    plugin.write_text(_PLUGIN)
+    plugin.write_text(slowpkg_repo.PLUGIN)
     cmd = [sys.executable, "-m", "torchgauge.cli", "bisect", "slowpkg_work", "--model-file", str(plugin)]
     cmd += ["--mode", "eval", "--size", "smoke", "--repo", str(trial / "repo"), "--good", shas[0]]
     cmd += ["--bad", shas[-1], "--build", BUILD, "--pythonpath", ".", "--cache-dir", str(trial / "cache"), "--json"]

@@ -10,6 +10,7 @@ for real through the CLI.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -33,90 +34,22 @@ from torchgauge.workflows.bisect import (
     run_bisect,
 )
 
-N_COMMITS = 32
-BASE_ITERATIONS = 20_000
+# The planted-slowdown repository, shared with benchmarks/bisect_accuracy.py (tests are not a package).
+_SPEC = importlib.util.spec_from_file_location(
+    "slowpkg_repo", Path(__file__).resolve().parents[1] / "fixtures" / "slowpkg_repo.py"
+)
+slowpkg_repo = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(slowpkg_repo)
+
+N_COMMITS = slowpkg_repo.N_COMMITS
+BASE_ITERATIONS = slowpkg_repo.BASE_ITERATIONS
 CULPRIT = 20  # index in good..bad (0 is the good endpoint)
 BROKEN = 15  # fails to build; also the first point a 32-point search probes
-CHEAP_BUILD = "python -m py_compile slowpkg/__init__.py"
+CHEAP_BUILD = slowpkg_repo.BUILD
 SPEC = MeasureSpec(models=("slowpkg_work",), modes=("eval",), base=RunConfig(model="", size="smoke", repeat=15))
 LABEL = "slowpkg_work/eval/cpu/fp32/eager"
-
-_PKG = '''"""slowpkg revision {rev}."""
-
-ITERATIONS = {iterations}
-
-
-def work():
-    total = 0
-    for i in range(ITERATIONS):
-        total += i * i
-    return total
-'''
-
-_PYPROJECT = """[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "slowpkg"
-version = "{version}"
-"""
-
-PLUGIN = '''"""A plugin model whose step is slowpkg.work(): pure Python, low noise."""
-
-import torch
-from torch import nn
-
-from torchgauge import register_model
-from torchgauge.workload import Workload
-
-
-class _Work(nn.Module):
-    def forward(self, x):
-        import slowpkg  # the checkout being measured, via PYTHONPATH or the scratch venv
-
-        slowpkg.work()
-        return x
-
-
-@register_model(domain="other", task="bisect_fixture", source="torchgauge tests", batch_size=1, modes=("eval",))
-def slowpkg_work(ctx):
-    """Calls slowpkg.work() once per step."""
-    return Workload(ctx, _Work(), (torch.zeros(1),))
-'''
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin:/usr/local/bin",
-        "HOME": str(repo),
-    }
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
-
-
-def _make_repo(path: Path, steps: dict[int, int], broken: set[int] = frozenset(), n: int = N_COMMITS) -> list[str]:
-    """A repo of ``n`` commits; ``steps`` maps a commit index to its new ITERATIONS."""
-    path.mkdir()
-    _git(path, "init", "-q", "-b", "main")
-    (path / "slowpkg").mkdir()
-    (path / "pyproject.toml").write_text(_PYPROJECT.format(version="0.1"))
-    iterations = BASE_ITERATIONS
-    shas = []
-    for i in range(n):
-        iterations = steps.get(i, iterations)
-        text = _PKG.format(rev=i, iterations=iterations)
-        if i in broken:
-            text = text.replace("def work():", "def work(:")
-        (path / "slowpkg" / "__init__.py").write_text(text)
-        _git(path, "add", "-A")
-        subject = f"make work() slower (ITERATIONS={iterations})" if i in steps else f"revision {i}"
-        _git(path, "commit", "-q", "-m", subject)
-        shas.append(_git(path, "rev-parse", "HEAD").strip())
-    return shas
+_PKG, _PYPROJECT, PLUGIN = slowpkg_repo.PACKAGE, slowpkg_repo.PYPROJECT, slowpkg_repo.PLUGIN
+_git, _make_repo = slowpkg_repo.git, slowpkg_repo.make_repo
 
 
 @pytest.fixture(scope="module")

@@ -117,10 +117,10 @@ def point_costs(record: RunRecord) -> dict[str, float]:
     if not record.ok:
         return {}
     costs: dict[str, float] = {}
-    for name in SWEPT_QUANTITIES:
-        value = quantity(name).value(record.metrics)
+    for swept in map(quantity, SWEPT_QUANTITIES):
+        value = swept.value(record.metrics)
         if value:  # zero or absent: nothing to fit (a CPU run's GPU peak)
-            costs[quantity(name).record_key] = value
+            costs[swept.record_key] = value
     time_key = quantity("time").record_key
     if time_key in costs and record.batch_size:
         costs["throughput"] = record.batch_size / (costs[time_key] / 1000.0)

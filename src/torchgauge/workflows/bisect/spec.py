@@ -95,8 +95,7 @@ class MeasureSpec:
         args = [
             "run",
             f"--mode={mode}",
-            *(f"--{name}={getattr(base, name)}" for name in ("device", "precision", "backend", "size", "repeat")),
-            f"--warmup={base.warmup}",
+            *(f"--{name}={getattr(base, name)}" for name in BASE_FIELDS if name != "batch_size"),
             f"--metrics={self.metric}",
             "--in-process",
             "--quiet",

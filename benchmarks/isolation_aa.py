@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of (per-run, per-model)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from torchgauge.config import Selection, plan
+    from torchgauge.config import plan
+    from torchgauge.suite import Selection
 
     configs = plan(Selection(tuple(args.patterns)), size="smoke")
     load_before = [round(x, 2) for x in os.getloadavg()]

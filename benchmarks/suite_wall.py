@@ -51,10 +51,10 @@ def _thread_settings(jobs: int) -> dict[str, object]:
 
 def run(patterns: list[str], *, jobs: int, repeat: int, warmup: int, output: Path) -> dict[str, object]:
     """Run the suite once; returns the measurement document (per-run rows and totals)."""
-    from torchgauge.config import Selection, plan
+    from torchgauge.config import plan
     from torchgauge.results.schema import ResultsFile, load_results
     from torchgauge.runner import RunnerOptions
-    from torchgauge.suite import run_and_save
+    from torchgauge.suite import Selection, run_and_save
 
     configs = plan(Selection(tuple(patterns)), size="smoke", repeat=repeat, warmup=warmup)
     writes: list[float] = []

@@ -11,13 +11,13 @@ from torchgauge.config import (
     ConfigError,
     RunConfig,
     RunOptions,
-    Selection,
     backend_options,
     check_names,
     plan,
 )
 from torchgauge.results.schema import ResultsFile, RunRecord, SchemaError
 from torchgauge.stats.batch_doubling import BatchPoint, choose_batch_size
+from torchgauge.suite import Selection
 from torchgauge.workflows.tune_batch import BatchSearch, BatchSizeStore, device_name
 
 BASE = RunConfig(model="", size="smoke", repeat=2, warmup=1)

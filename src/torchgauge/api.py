@@ -138,11 +138,12 @@ def run(
         >>> res[0].metrics["time_ms"]["median"]  # doctest: +SKIP
     """
     from . import __version__
-    from .config import RunOptions, Selection, plan
+    from .config import RunOptions, plan
     from .harness.env import collect_env
     from .harness.metrics import validate_metrics
     from .registry import load_model_file
     from .runner import RunnerOptions, run_suite
+    from .suite import Selection
 
     if mode not in ("train", "eval", "both"):
         raise ValueError(f"invalid mode {mode!r}; accepted: train, eval, both")

@@ -17,10 +17,14 @@ import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .suite import Selection
 
 __all__ = [
     "BACKEND_OPTIONS",
+    "CONFIG_AXES",
     "COMPILE_MODES",
     "COMPILE_SCOPES",
     "DEFAULT_METRICS",
@@ -30,7 +34,6 @@ __all__ = [
     "ConfigError",
     "RunConfig",
     "RunOptions",
-    "Selection",
     "backend_options",
     "check_names",
     "plan",
@@ -166,6 +169,11 @@ class RunOptions:
         return replace(self, **{n: False if n in _FLAGS else None for n in names})
 
 
+# The fields that identify a run across results (the rest are how it was measured); pairing
+# (compare.matching.config_key) drops the axis being compared from these.
+CONFIG_AXES = ("model", "mode", "device", "precision", "backend", "batch_size")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What to run: one model in one configuration. Immutable; picklable for workers."""
@@ -195,8 +203,8 @@ class RunConfig:
         return f"{self.model}/{self.mode}/{self.device}/{self.precision}/{self.backend}"
 
     def key(self) -> tuple:
-        """Identity used to match runs across results: (model, mode, device, precision, backend, batch_size)."""
-        return (self.model, self.mode, self.device, self.precision, self.backend, self.batch_size)
+        """Identity used to match runs across results: its :data:`CONFIG_AXES` values."""
+        return tuple(getattr(self, axis) for axis in CONFIG_AXES)
 
     def with_(self, **changes: Any) -> RunConfig:
         return replace(self, **changes)
@@ -238,32 +246,6 @@ def backend_options(
         if getattr(options, key) is not None and key not in spec.accepts:
             raise ConfigError(key, f"does not apply to backend {spec.name}")
     return options
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which registered models: names or fnmatch wildcards, narrowed by exclude patterns,
-    domains, tags and a CI shard ``(i, n)`` (1-based)."""
-
-    patterns: tuple[str, ...] = ("*",)
-    exclude: tuple[str, ...] = ()
-    domain: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    shard: tuple[int, int] | None = None
-
-    def matching(self) -> list[str]:
-        """Every selected model before sharding (SelectionError when a pattern matches nothing)."""
-        from .suite import select_models
-
-        return select_models(self.patterns, exclude=self.exclude, domain=self.domain, tags=self.tags)
-
-    def models(self) -> list[str]:
-        """The selected models of this shard, in natural order."""
-        names = self.matching()
-        if self.shard:
-            i, n = self.shard
-            names = names[i - 1 :: n]
-        return names
 
 
 # Fields plan() sets from the selection and the modes; no vary axis may set them.
@@ -312,7 +294,7 @@ def plan(
     """The RunConfigs to run, in run order: rounds, then models, then modes, then the grid.
 
     Args:
-        models: a :class:`Selection` (patterns and filters), or model names taken as they are.
+        models: a :class:`torchgauge.suite.Selection` (patterns and filters), or model names taken as they are.
         base: everything not planned (device, precision, backend, size, repeat, metrics,
             options, model arguments, ...); its ``model`` and ``mode`` are ignored.
         settings: RunConfig fields for every run, over ``base``'s (``size="smoke"``, ...).
@@ -353,6 +335,8 @@ def plan(
         raise ConfigError("batch_size", "batch size 'auto' and a batch_size axis; accepted: one of the two")
     if _is_int(batch_size):
         base = base.with_(batch_size=batch_size)
+    from .suite import Selection  # suite imports this module
+
     names = models.models() if isinstance(models, Selection) else [models] if isinstance(models, str) else list(models)
     grid = list(itertools.product(*(rows for _, rows in axes)))
     one_round = []

@@ -9,6 +9,7 @@ import datetime as _dt
 import difflib
 import fnmatch
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from .results.schema import PASSING_STATUSES, ResultsFile, RunRecord
 
 __all__ = [
     "DEVICE_MISSING_EXIT_CODE",
+    "Selection",
     "SelectionError",
     "select_models",
     "parse_shard",
@@ -82,6 +84,30 @@ def select_models(
         chosen = [n for n in chosen if not any(fnmatch.fnmatchcase(n, p) for p in exclude)]
     order = {n: i for i, n in enumerate(universe)}
     return sorted(chosen, key=lambda n: order.get(n, len(order)))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which registered models: names or fnmatch wildcards, narrowed by exclude patterns,
+    domains, tags and a CI shard ``(i, n)`` (1-based); what :func:`torchgauge.config.plan` plans."""
+
+    patterns: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    domain: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
+
+    def matching(self) -> list[str]:
+        """Every selected model before sharding (SelectionError when a pattern matches nothing)."""
+        return select_models(self.patterns, exclude=self.exclude, domain=self.domain, tags=self.tags)
+
+    def models(self) -> list[str]:
+        """The selected models of this shard, in natural order."""
+        names = self.matching()
+        if self.shard:
+            i, n = self.shard
+            names = names[i - 1 :: n]
+        return names
 
 
 def _is_wildcard(pattern: str) -> bool:

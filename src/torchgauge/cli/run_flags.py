@@ -71,12 +71,12 @@ def _options(kw: dict, metrics: tuple[str, ...]):
 def parse_run_flags(kw: dict, term) -> tuple:
     """Raw click values -> (planned RunConfigs, number of selected models, RunnerOptions, output path)."""
     from ..compare.dynamo_perf import with_eager_baseline
-    from ..config import ConfigError, Selection, check_names, plan
+    from ..config import ConfigError, check_names, plan
     from ..harness.metrics import validate_metrics
     from ..harness.threads import parse_threads
     from ..registry import load_model_file
     from ..runner import RunnerOptions
-    from ..suite import SelectionError, default_output_path, parse_shard
+    from ..suite import Selection, SelectionError, default_output_path, parse_shard
     from ..workflows.tune_batch import StoreError
 
     for path in kw["model_files"]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 
 from ..results.schema import RunConfig, RunRecord
+from .matching import config_key
 
 __all__ = ["CODE_CHANGE_MODELS_SHOWN", "code_change_note", "model_code_changes"]
 
@@ -20,15 +21,11 @@ __all__ = ["CODE_CHANGE_MODELS_SHOWN", "code_change_note", "model_code_changes"]
 CODE_CHANGE_MODELS_SHOWN = 10
 
 
-def _pairing_key(record: RunRecord) -> Hashable:
-    # The key compare_results pairs runs on.
-    return record.config.key()
-
-
 def _hashes(records: Iterable[RunRecord]) -> dict[Hashable, tuple[RunConfig, set[str]]]:
     out: dict[Hashable, tuple[RunConfig, set[str]]] = {}
     for record in records:
-        seen = out.setdefault(_pairing_key(record), (record.config, set()))[1]
+        # keyed as compare pairs runs
+        seen = out.setdefault(config_key(record), (record.config, set()))[1]
         if record.model_code_hash is not None:
             seen.add(record.model_code_hash)
     return out

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..config import CONFIG_AXES
 from ..harness.metrics import quantities
 from ..results.schema import RunConfig, RunRecord
 
@@ -35,8 +36,6 @@ __all__ = [
     "time_verdict",
 ]
 
-# The axes of a configuration's identity, in key order (RunConfig.key()).
-CONFIG_AXES = ("model", "mode", "device", "precision", "backend", "batch_size")
 # Runs that did not run for want of support: not a failure of either side.
 NOT_RUN_STATUSES = ("unsupported", "skipped")
 

@@ -205,6 +205,8 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, "
                 f"eval on CPU {ours['cpu_eval_seq_len']}"
             )
+        if row.get("data"):
+            out.append(f"- **Data**: {row['data']}")
         if row.get("kept_as"):
             out.append(f"- **Kept under its own name**: {row['kept_as']}")
         out.append("")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import random
+from array import array
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
@@ -55,10 +57,21 @@ PYHPC_SPEC = dict(
 class NumpyLegacyStream:
     """The draws of ``numpy.random.RandomState(seed)``, bit for bit, without numpy.
 
-    numpy's legacy generator is MT19937 seeded by ``init_genrand(seed)``; its
-    ``random_sample`` is the same 53-bit double as Python's ``random.random`` (also MT19937),
-    so Python's generator, given numpy's initial state, reproduces numpy's stream, and
-    ``uniform(low, high)`` is ``low + (high - low) * random_sample()`` as numpy computes it.
+    numpy's legacy generator is MT19937 seeded by ``init_genrand(seed)``; Python's
+    ``random.Random`` is the same MT19937, so given numpy's initial state it yields numpy's
+    32-bit words in numpy's order (``getrandbits(32 * n)`` packs ``n`` of them, little end
+    first). Each draw below is then numpy's own arithmetic on those words, vectorised:
+
+    - ``rand`` / ``uniform``: ``random_sample``, the 53-bit double ``((a >> 5) * 2**26 + (b >> 6)) / 2**53``
+      of two words, then ``low + (high - low) * x``;
+    - ``randn``: ``legacy_gauss``, Marsaglia's polar method on pairs of such doubles, which
+      rejects pairs outside the unit disc, yields ``f * x2`` and keeps ``f * x1`` for the next
+      normal (the cache outlives the call, as numpy's ``has_gauss`` does);
+    - ``randint``: int64 values of ``[low, high)`` by masked rejection of single words.
+
+    The rejection samplers draw, round after round, one try per value still wanted, so they
+    consume exactly numpy's words. The polar factor goes through
+    ``math.log`` and ``math.sqrt`` (the C library's, as numpy's) so the normals are numpy's to the last bit.
     This lets a workload feed TorchBench's exact ``np.random.seed(17)`` inputs.
 
     Example:
@@ -72,11 +85,83 @@ class NumpyLegacyStream:
             state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
         self._random = random.Random()
         self._random.setstate((3, (*state, 624), None))
+        self._gauss: float | None = None  # numpy's cached second normal of a polar pair
+
+    def _words(self, count: int) -> torch.Tensor:
+        """The next ``count`` 32-bit outputs of the generator, as int64."""
+        if count == 0:
+            return torch.zeros(0, dtype=torch.int64)
+        raw = self._random.getrandbits(32 * count).to_bytes(4 * count, "little")
+        return torch.frombuffer(bytearray(raw), dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+    def _doubles(self, count: int) -> torch.Tensor:
+        """The next ``count`` ``random_sample`` doubles in [0, 1)."""
+        return _words_to_doubles(self._words(2 * count).reshape(count, 2))
+
+    def _accepted_tries(
+        self, words_per_try: int, wanted: int, accept: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """The words ``(wanted, words_per_try)`` of the first ``wanted`` tries that ``accept`` keeps.
+
+        ``accept`` maps words ``(tries, words_per_try)`` to one bool per try. Each round draws as
+        many tries as values are still wanted, which numpy makes at the least, so no word is
+        drawn that numpy would not draw.
+        """
+        chunks = []
+        while wanted > 0:
+            words = self._words(wanted * words_per_try).reshape(wanted, words_per_try)
+            chunks.append(words[accept(words)])
+            wanted -= len(chunks[-1])
+        return torch.cat(chunks) if chunks else torch.zeros(0, words_per_try, dtype=torch.int64)
+
+    def rand(self, *shape: int) -> torch.Tensor:
+        """``numpy.random.rand(*shape)``: float64 in [0, 1)."""
+        return self._doubles(math.prod(shape)).reshape(shape)
 
     def uniform(self, low: float, high: float, shape: tuple[int, ...]) -> torch.Tensor:
         """``numpy.random.uniform(low, high, shape)`` of the stream, as a CPU float64 tensor."""
-        draws = torch.tensor([self._random.random() for _ in range(math.prod(shape))], dtype=torch.float64)
-        return (low + (high - low) * draws).reshape(shape)
+        return low + (high - low) * self.rand(*shape)
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        """``numpy.random.randn(*shape)``: float64 standard normals (legacy polar method)."""
+        count = math.prod(shape)
+        if count == 0:
+            return torch.zeros(shape, dtype=torch.float64)
+        cached = [] if self._gauss is None else [self._gauss]
+        self._gauss = None
+
+        def in_unit_disc(words: torch.Tensor) -> torch.Tensor:
+            x = 2.0 * _words_to_doubles(words.reshape(-1, 2, 2)) - 1.0
+            r2 = x[:, 0] * x[:, 0] + x[:, 1] * x[:, 1]
+            return (r2 < 1.0) & (r2 != 0.0)
+
+        pairs = math.ceil((count - len(cached)) / 2)
+        x = 2.0 * _words_to_doubles(self._accepted_tries(4, pairs, in_unit_disc).reshape(-1, 2, 2)) - 1.0
+        x1, x2 = x[:, 0], x[:, 1]
+        r2 = (x1 * x1 + x2 * x2).tolist()
+        # math's log and sqrt are the C library's, as numpy's (torch.sqrt may differ in the last bit)
+        f = torch.frombuffer(array("d", [math.sqrt(-2.0 * math.log(v) / v) for v in r2]), dtype=torch.float64)
+        normals = torch.cat([torch.tensor(cached, dtype=torch.float64), torch.stack([f * x2, f * x1], -1).flatten()])
+        if len(normals) > count:  # the odd one out: numpy keeps it for the next normal
+            self._gauss = normals[-1].item()
+        return normals[:count].reshape(shape)
+
+    def randint(self, low: int, high: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """``numpy.random.randint(low, high, shape)``: int64 in ``[low, high)`` by masked rejection."""
+        span = high - 1 - low
+        if not 0 <= span <= 0xFFFFFFFF:
+            raise ValueError(f"randint needs 1 <= high - low <= 2**32, got low={low}, high={high}")
+        count = math.prod(shape)
+        if span == 0:  # numpy draws nothing for a single value
+            return torch.full(shape, low, dtype=torch.int64)
+        mask = (1 << span.bit_length()) - 1
+        words = self._accepted_tries(1, count, lambda w: (w[:, 0] & mask) <= span)
+        return (low + (words[:, 0] & mask)).reshape(shape)
+
+
+def _words_to_doubles(words: torch.Tensor) -> torch.Tensor:
+    """numpy's ``random_sample`` of word pairs ``(..., 2)``: ``((a >> 5) * 2**26 + (b >> 6)) / 2**53``."""
+    return ((words[..., 0] >> 5) * 67108864 + (words[..., 1] >> 6)).to(torch.float64) / 9007199254740992.0
 
 
 def grid_shape(points: int) -> tuple[int, int, int]:

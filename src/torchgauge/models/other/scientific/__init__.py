@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registers models)
     koopman,
     lennard_jones,
     pyhpc_equation_of_state,
+    pyhpc_equation_of_state_closed_form,
     pyhpc_isoneutral_mixing,
     pyhpc_turbulent_kinetic_energy,
     schnet,

@@ -9,8 +9,10 @@ the diffusivities K_11, K_22 (lateral faces) and K_33 (top faces) plus the slope
 Ai_* indexed ``[..., ip, kr]`` (neighbour, vertical face).
 
 The north-face computation is the east-face one with x and y swapped, so both run through
-one function on transposed views. Outputs are freshly allocated (the reference writes into
-its inputs; values outside the computed interior are zero here).
+one function on transposed views. As in TorchBench, the outputs are written in place into
+the ``K_11, K_22, K_33, Ai_*`` arrays passed in (entries outside the computed interior keep
+their values), and every step writes into the same arrays: TorchBench's forward copies
+nothing. Inputs are TorchBench's 23 arrays, drawn in its order from numpy's seed-17 stream.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-from .ocean_grid import PYHPC_SPEC, face_gradient, grid_mask, grid_shape, grid_spacing, problem_points
+from .ocean_grid import PYHPC_INPUT_SEED, PYHPC_SPEC, NumpyLegacyStream, face_gradient, grid_shape, problem_points
 
-__all__ = ["isoneutral_diffusion_pre"]
+__all__ = ["IsoneutralMixing", "isoneutral_diffusion_pre", "torchbench_inputs"]
 
 _RHO0 = 1024.0  # reference density [kg/m^3]
 _EPSLN = 1e-20  # keeps the slope finite where the stratification vanishes
@@ -50,16 +52,14 @@ def _tapered_slope(drho_h: torch.Tensor, drho_z: torch.Tensor) -> tuple[torch.Te
     return slope, taper
 
 
-def _lateral_face(drdT, drdS, dTdh, dSdh, dTdz, dSdz, K_iso, mask_face, dzw, dzt):
+def _lateral_face(drdT, drdS, dTdh, dSdh, dTdz, dSdz, K_iso, mask_face, dzw, dzt, k_out, a_out):
     """K and slopes on the faces normal to dim 0 (east faces; north faces via transposed views).
 
-    Face ``i`` lies between cells ``i`` and ``i + 1``; faces 1..nx-3 of columns 2..ny-3 are computed.
-    Returns ``K (nx, ny, nz)`` and ``A (nx, ny, nz, 2, 2)``.
+    Face ``i`` lies between cells ``i`` and ``i + 1``; faces 1..nx-3 of columns 2..ny-3 are
+    written into ``k_out (nx, ny, nz)`` and ``a_out (nx, ny, nz, 2, 2)``.
     """
     nx, ny, nz = K_iso.shape
     faces, cols = slice(1, nx - 2), slice(2, ny - 2)
-    k_out = K_iso.new_zeros(nx, ny, nz)
-    a_out = K_iso.new_zeros(nx, ny, nz, 2, 2)
     # K_iso on the face, averaged over its two cells and over the two levels of the W-face below
     k_face = 0.5 * (K_iso[1:-2, cols] + K_iso[2:-1, cols])  # (nx-3, ny-4, nz)
     k_face = torch.cat([k_face[..., :1], 0.5 * (k_face[..., 1:] + k_face[..., :-1])], dim=-1)
@@ -76,19 +76,17 @@ def _lateral_face(drdT, drdS, dTdh, dSdh, dTdz, dSdz, K_iso, mask_face, dzw, dzt
             sum_z[..., levels] += dzw[wfaces] * mask * torch.clamp(k_face[..., levels] * taper, min=_K_ISO_STEEP)
             a_out[faces, cols, levels, ip, kr] = taper * slope * mask
     k_out[faces, cols] = sum_z / (4.0 * dzt)
-    return k_out, a_out
 
 
-def _top_face(drdT, drdS, dTdh, dSdh, drho_z, K_iso, maskW, face_weight):
+def _top_face(drdT, drdS, dTdh, dSdh, drho_z, K_iso, maskW, face_weight, a_out):
     """Slopes on the top faces along dim 0 (x; y via transposed views) and their K_33 sum.
 
     ``drho_z[kr]`` is the vertical density gradient seen from the cell below (0) or above (1);
-    ``face_weight (nx, 1, 1)`` is the metric of the lateral faces. Returns the sum
-    ``(nx-4, ny-4, nz-1)`` and ``A (nx, ny, nz, 2, 2)``.
+    ``face_weight (nx, 1, 1)`` is the metric of the lateral faces. Writes the slopes into
+    ``a_out (nx, ny, nz, 2, 2)`` and returns the sum ``(nx-4, ny-4, nz-1)``.
     """
     nx, ny, nz = K_iso.shape
     rows, cols, tops = slice(2, nx - 2), slice(2, ny - 2), slice(0, nz - 1)
-    a_out = K_iso.new_zeros(nx, ny, nz, 2, 2)
     k_iso, mask = K_iso[rows, cols, tops], maskW[rows, cols, tops]
     total = torch.zeros_like(k_iso)
     for kr in (0, 1):
@@ -100,13 +98,35 @@ def _top_face(drdT, drdS, dTdh, dSdh, drho_z, K_iso, maskW, face_weight):
             slope, taper = _tapered_slope(drho_h, drho_z[kr])
             total += face_weight[faces] * k_iso * taper * slope**2 * mask
             a_out[rows, cols, tops, ip, kr] = taper * slope * mask
-    return total, a_out
+    return total
 
 
 def isoneutral_diffusion_pre(
-    maskT, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost, cosu, salt, temp, zt, K_iso
+    maskT,
+    maskU,
+    maskV,
+    maskW,
+    dxt,
+    dxu,
+    dyt,
+    dyu,
+    dzt,
+    dzw,
+    cost,
+    cosu,
+    salt,
+    temp,
+    zt,
+    K_iso,
+    K_11,
+    K_22,
+    K_33,
+    Ai_ez,
+    Ai_nz,
+    Ai_bx,
+    Ai_by,
 ):
-    """Isoneutral diffusivities and slope triads of one time level.
+    """Isoneutral diffusivities and slope triads of one time level, written into ``K_*`` and ``Ai_*``.
 
     Args:
         maskT, maskU, maskV, maskW: 0/1 masks of the T, U, V, W grids, ``(nx, ny, nz)``.
@@ -115,9 +135,11 @@ def isoneutral_diffusion_pre(
         salt, temp: tracers ``(nx, ny, nz, 3)`` over three time levels (level 0 is used).
         zt: depth of the T levels ``(nz,)``.
         K_iso: isoneutral diffusivity ``(nx, ny, nz)``.
+        K_11, K_22, K_33: ``(nx, ny, nz)``, and Ai_ez, Ai_nz, Ai_bx, Ai_by: ``(nx, ny, nz, 2, 2)``:
+            the outputs, overwritten on the faces computed (the interior), kept elsewhere.
 
     Returns:
-        ``K_11, K_22, K_33`` ``(nx, ny, nz)`` and ``Ai_ez, Ai_nz, Ai_bx, Ai_by`` ``(nx, ny, nz, 2, 2)``.
+        ``K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by``: the arrays passed in.
     """
     tau = 0
     temp, salt = temp[..., tau], salt[..., tau]
@@ -128,9 +150,9 @@ def isoneutral_diffusion_pre(
     dTdy, dSdy = (face_gradient(f, 1, maskV, dyu[None, :, None]) for f in (temp, salt))
     dTdz, dSdz = (face_gradient(f, 2, maskW, dzw) for f in (temp, salt))
 
-    K_11, Ai_ez = _lateral_face(drdT, drdS, dTdx, dSdx, dTdz, dSdz, K_iso, maskU, dzw, dzt)
-    K_22, Ai_nz = _lateral_face(*map(_swap_xy, (drdT, drdS, dTdy, dSdy, dTdz, dSdz, K_iso, maskV)), dzw, dzt)
-    K_22, Ai_nz = _swap_xy(K_22), _swap_xy(Ai_nz)
+    _lateral_face(drdT, drdS, dTdx, dSdx, dTdz, dSdz, K_iso, maskU, dzw, dzt, K_11, Ai_ez)
+    swapped = map(_swap_xy, (drdT, drdS, dTdy, dSdy, dTdz, dSdz, K_iso, maskV))
+    _lateral_face(*swapped, dzw, dzt, _swap_xy(K_22), _swap_xy(Ai_nz))
 
     nx, ny, nz = K_iso.shape
     rows, cols, tops = slice(2, nx - 2), slice(2, ny - 2), slice(0, nz - 1)
@@ -139,41 +161,58 @@ def isoneutral_diffusion_pre(
         + drdS[rows, cols, kr : nz - 1 + kr] * dSdz[rows, cols, tops]
         for kr in (0, 1)
     ]
-    sum_x, Ai_bx = _top_face(drdT, drdS, dTdx, dSdx, drho_z, K_iso, maskW, dxu[:, None, None])
-    sum_y, Ai_by = _top_face(
+    sum_x = _top_face(drdT, drdS, dTdx, dSdx, drho_z, K_iso, maskW, dxu[:, None, None], Ai_bx)
+    sum_y = _top_face(
         *map(_swap_xy, (drdT, drdS, dTdy, dSdy)),
         list(map(_swap_xy, drho_z)),
         _swap_xy(K_iso),
         _swap_xy(maskW),
         (cosu * dyu)[:, None, None],
+        _swap_xy(Ai_by),
     )
-    Ai_by = _swap_xy(Ai_by)
-    K_33 = K_iso.new_zeros(nx, ny, nz)  # the surface level has no top face: stays 0
     K_33[rows, cols, tops] = sum_x / (4.0 * dxt[rows, None, None]) + _swap_xy(sum_y) / (
         4.0 * dyt[None, cols, None] * cost[None, cols, None]
     )
+    K_33[rows, cols, -1] = 0.0  # the surface level has no top face
     return K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by
 
 
 class IsoneutralMixing(nn.Module):
-    """Grid fields -> ``(K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by)``; no parameters."""
+    """Grid fields and output arrays -> ``(K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by)``, written in place."""
 
     def forward(self, *fields: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return isoneutral_diffusion_pre(*fields)
 
 
+def torchbench_inputs(points: int) -> tuple[torch.Tensor, ...]:
+    """TorchBench's 23 arrays for ``points`` grid points, drawn in its order after ``np.random.seed(17)``.
+
+    The grid metrics are standard normal draws (TorchBench's, not physical spacings), and
+    ``K_iso_steep`` is drawn and dropped as TorchBench does, which shifts the later draws.
+    """
+    shape = grid_shape(points)
+    nx, ny, nz = shape
+    stream = NumpyLegacyStream(PYHPC_INPUT_SEED)
+    maskT, maskU, maskV, maskW = ((stream.rand(*shape) < 0.8).to(torch.float64) for _ in range(4))
+    dxt, dxu = (stream.randn(nx) for _ in range(2))
+    dyt, dyu = (stream.randn(ny) for _ in range(2))
+    dzt, dzw, zt = (stream.randn(nz) for _ in range(3))
+    cost, cosu = (stream.randn(ny) for _ in range(2))
+    K_iso, _K_iso_steep, K_11, K_22, K_33 = (stream.randn(*shape) for _ in range(5))
+    salt, temp = (stream.randn(*shape, 3) for _ in range(2))
+    Ai_ez, Ai_nz, Ai_bx, Ai_by = (torch.zeros(*shape, 2, 2, dtype=torch.float64) for _ in range(4))
+    return (
+        maskT, maskU, maskV, maskW, dxt, dxu, dyt, dyu, dzt, dzw, cost, cosu, salt, temp, zt, K_iso,
+        K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by,
+    )  # fmt: skip
+
+
 def _create_isoneutral_mixing(ctx: BuildContext) -> Workload:
-    nx, ny, nz = grid_shape(problem_points(ctx))
-    f64 = torch.float64
-    masks = [grid_mask(ctx, nx, ny, nz) for _ in range(4)]  # T, U, V, W
-    metrics = [grid_spacing(ctx, n) for n in (nx, nx, ny, ny, nz, nz, ny, ny)]  # dxt dxu dyt dyu dzt dzw cost cosu
-    salt, temp = (ctx.randn(nx, ny, nz, 3, dtype=f64) for _ in range(2))
-    zt = ctx.randn(nz, dtype=f64)
-    k_iso = ctx.randn(nx, ny, nz, dtype=f64)
-    return Workload(ctx, IsoneutralMixing(), (*masks, *metrics, salt, temp, zt, k_iso))
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx)))
+    return Workload(ctx, IsoneutralMixing(), inputs)
 
 
 @register_model(source="pyhpc-benchmarks isoneutral_mixing (Veros isoneutral_diffusion_pre)", **PYHPC_SPEC)
 def pyhpc_isoneutral_mixing(ctx: BuildContext, **kwargs) -> Workload:
-    """Griffies isoneutral mixing tensor on a 204x204x26 float64 grid (2**20 points)."""
+    """Griffies isoneutral mixing tensor on a 204x204x26 float64 grid (2**20 points), written into its inputs."""
     return _create_isoneutral_mixing(ctx, **kwargs)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchgauge
 from torchgauge.models.other.graph.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
@@ -23,7 +24,11 @@ from torchgauge.models.other.scientific.lennard_jones import (
     potential_mlp,
 )
 from torchgauge.models.other.scientific.ocean_grid import NumpyLegacyStream, grid_shape
-from torchgauge.models.other.scientific.pyhpc_equation_of_state import gsw_dhdct, specific_volume
+from torchgauge.models.other.scientific.pyhpc_equation_of_state import gsw_dhdct
+from torchgauge.models.other.scientific.pyhpc_equation_of_state_closed_form import (
+    gsw_dhdct_closed_form,
+    specific_volume,
+)
 from torchgauge.models.other.scientific.pyhpc_turbulent_kinetic_energy import solve_tridiagonal
 from torchgauge.models.other.self_supervised.moco import MoCo, MoCoConfig
 from torchgauge.models.other.sequence.linear_chain_crf import LinearChainCRF
@@ -166,13 +171,15 @@ PYHPC_REFERENCE = [
 ]
 
 
+@pytest.mark.parametrize("dhdct", [gsw_dhdct, gsw_dhdct_closed_form])
 @pytest.mark.parametrize("point,expected", PYHPC_REFERENCE)
-def test_eos_matches_pyhpc_reference(point, expected) -> None:
-    assert gsw_dhdct(*map(_f64, point)).item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
+def test_eos_matches_pyhpc_reference(dhdct, point, expected) -> None:
+    assert dhdct(*map(_f64, point)).item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
-# TorchBench's own gsw_dHdT (pyhpc_equation_of_state/eos_pytorch.py at 0e83c440) on its seed-17
-# inputs at 2**12 points: the output's sum and its values at a few flat indices.
+# TorchBench's own kernels (models/pyhpc_*/{eos,isoneutral,tke}_pytorch.py at 0e83c440) on their
+# seed-17 inputs at 2**12 points (32 x 32 x 4), run 2026-11-25: the output's sum and sum of |x|,
+# and gsw_dHdT's values at a few flat indices.
 TORCHBENCH_EOS_SMOKE_SUM = 84.2527637165103
 TORCHBENCH_EOS_SMOKE_VALUES = {
     0: 0.1943896310866231,
@@ -181,25 +188,135 @@ TORCHBENCH_EOS_SMOKE_VALUES = {
     3000: -0.19314852489401346,
     4095: -0.8129357637599242,
 }
+TORCHBENCH_SMOKE_OUTPUTS = {
+    # K_11, K_22, K_33, Ai_ez, Ai_nz, Ai_bx, Ai_by
+    "pyhpc_isoneutral_mixing": [
+        (8202.56457695074, 25211.759378876464),
+        (7881.163670762879, 24683.42554661328),
+        (-23.862706127084348, 752.8218247184532),
+        (0.0008758230656383551, 0.004411018881458644),
+        (-0.00019188781787818202, 0.0017169293691161915),
+        (0.0008758216400289544, 0.004411017313899588),
+        (-0.00019188780283627572, 0.0017169293530320685),
+    ],
+    # tke, dtke, tke_surf_corr (randn grid metrics make the implicit solve amplify: large sums)
+    "pyhpc_turbulent_kinetic_energy": [
+        (-2378972058.149645, 14047453181.611452),
+        (-598935.7373440292, 1952983.8681674767),
+        (888.7214943862782, 888.7214943862782),
+    ],
+}
+# Operations TorchBench's kernels dispatch at 2**12 points, views aside (aten ops counted under a
+# TorchDispatchMode, 2026-11-25; tke includes its forward's two clones): ours run the same sequence.
+TORCHBENCH_SMOKE_OPS = {
+    "pyhpc_equation_of_state": 372,
+    "pyhpc_isoneutral_mixing": 487,
+    "pyhpc_turbulent_kinetic_energy": 307,
+}
 
 
-def test_eos_feeds_torchbench_inputs_and_matches_its_outputs() -> None:
-    w = torchgauge.create("pyhpc_equation_of_state", mode="eval", size="smoke")
+class _ComputeOps(TorchDispatchMode):
+    """Counts the aten operations dispatched, views aside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["pyhpc_equation_of_state", "pyhpc_equation_of_state_closed_form"])
+def test_eos_feeds_torchbench_inputs_and_matches_its_outputs(name: str) -> None:
+    w = torchgauge.create(name, mode="eval", size="smoke")
     sa, ct, p = w.inputs
     assert (sa.shape, ct.shape, p.shape) == ((32, 32, 4), (32, 32, 4), (1, 1, 4))
     # numpy.random.seed(17); numpy.random.uniform(1e-2, 10): the first draw is 0.2946650026871097
     assert sa.flatten()[0].item() == 1e-2 + (10 - 1e-2) * 0.2946650026871097
     out = w.step().flatten()
-    assert out.sum().item() == pytest.approx(TORCHBENCH_EOS_SMOKE_SUM, rel=1e-8)
+    rel = 1e-12 if name == "pyhpc_equation_of_state" else 1e-6  # TorchBench's expression / the closed form
+    assert out.sum().item() == pytest.approx(TORCHBENCH_EOS_SMOKE_SUM, rel=rel)
     for index, expected in TORCHBENCH_EOS_SMOKE_VALUES.items():
-        assert out[index].item() == pytest.approx(expected, rel=1e-6)
+        assert out[index].item() == pytest.approx(expected, rel=rel)
+
+
+def test_eos_closed_form_agrees_with_torchbench_expression() -> None:
+    sa, ct, p = torchgauge.create("pyhpc_equation_of_state", mode="eval", size="smoke").inputs
+    torch.testing.assert_close(gsw_dhdct_closed_form(sa, ct, p), gsw_dhdct(sa, ct, p), rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(TORCHBENCH_SMOKE_OPS))
+def test_pyhpc_kernel_dispatches_torchbench_operations(name: str) -> None:
+    w = torchgauge.create(name, mode="eval", size="smoke")
+    with torch.no_grad(), _ComputeOps() as ops:
+        w.module(*w.inputs)
+    assert ops.count == TORCHBENCH_SMOKE_OPS[name]
+
+
+@pytest.mark.parametrize("name", sorted(TORCHBENCH_SMOKE_OUTPUTS))
+def test_pyhpc_stencils_match_torchbench_outputs(name: str) -> None:
+    w = torchgauge.create(name, mode="eval", size="smoke")
+    outputs = w.step()
+    assert len(outputs) == len(TORCHBENCH_SMOKE_OUTPUTS[name])
+    for out, (total, magnitude) in zip(outputs, TORCHBENCH_SMOKE_OUTPUTS[name]):
+        assert out.double().sum().item() == pytest.approx(total, rel=1e-9, abs=1e-15)
+        assert out.double().abs().sum().item() == pytest.approx(magnitude, rel=1e-9)
+
+
+def test_isoneutral_mixing_writes_into_its_inputs_as_torchbench() -> None:
+    w = torchgauge.create("pyhpc_isoneutral_mixing", mode="eval", size="smoke")
+    assert len(w.inputs) == 23
+    assert all(t.dtype == F64 for t in w.inputs)
+    k_11 = w.inputs[16].clone()  # K_11: drawn from numpy's stream, rewritten on faces 1..nx-3 of rows 2..ny-3
+    outputs = w.step()
+    assert all(out is arg for out, arg in zip(outputs, w.inputs[16:]))
+    untouched = torch.ones_like(k_11, dtype=torch.bool)
+    untouched[1:-2, 2:-2] = False
+    assert torch.equal(outputs[0][untouched], k_11[untouched]) and not torch.equal(outputs[0], k_11)
+    again = [out.clone() for out in outputs]
+    assert all(torch.equal(a, b) for a, b in zip(w.step(), again))  # writes the same values every step
+
+
+def test_turbulent_kinetic_energy_leaves_its_inputs_and_returns_float32_correction() -> None:
+    w = torchgauge.create("pyhpc_turbulent_kinetic_energy", mode="eval", size="smoke")
+    assert len(w.inputs) == 21
+    assert w.inputs[14].dtype == torch.int64 and int(w.inputs[14].max()) < 4  # kbot in [0, nz)
+    before = [t.clone() for t in w.inputs]
+    tke, dtke, surface = w.step()
+    assert all(torch.equal(a, b) for a, b in zip(w.inputs, before))  # tke and dtke are copied, as TorchBench's forward
+    assert (tke.dtype, dtke.dtype, surface.dtype) == (F64, F64, torch.float32)
 
 
 def test_numpy_legacy_stream_matches_numpy() -> None:
     np = pytest.importorskip("numpy")
-    ours = NumpyLegacyStream(17).uniform(-12.0, 20.0, (3, 5))
-    reference = np.random.RandomState(17).uniform(-12.0, 20.0, (3, 5))
-    assert torch.equal(ours, torch.from_numpy(reference))
+    ours, reference = NumpyLegacyStream(17), np.random.RandomState(17)
+    draws = [
+        ("uniform", (-12.0, 20.0, (3, 5))),
+        ("rand", (4, 3)),
+        ("randn", (7,)),  # odd: the second normal of the last pair is cached
+        ("rand", (3,)),  # the cache outlives other draws
+        ("randn", (1,)),  # the cached normal
+        ("randn", (5000,)),
+        ("randint", (0, 26, (33, 7))),
+        ("randint", (3, 4, (2,))),  # a single value: nothing drawn
+        ("randn", (2, 3)),
+    ]
+    for method, args in draws:
+        expected = getattr(reference, method)(*args)
+        got = getattr(ours, method)(*args)
+        assert torch.equal(got, torch.from_numpy(np.asarray(expected))), method
+
+
+def test_numpy_legacy_stream_meta_draws_shapes_only() -> None:
+    stream = NumpyLegacyStream(17, meta=True)
+    draws = stream.rand(2, 3), stream.randn(4), stream.randint(0, 5, (2, 2)), stream.uniform(0, 1, (3,))
+    assert [(t.device.type, t.dtype, tuple(t.shape)) for t in draws] == [
+        ("meta", F64, (2, 3)),
+        ("meta", F64, (4,)),
+        ("meta", torch.int64, (2, 2)),
+        ("meta", F64, (3,)),
+    ]
 
 
 def test_eos_is_the_ct_derivative_of_integrated_specific_volume() -> None:
@@ -222,12 +339,14 @@ def test_eos_density_of_standard_seawater() -> None:
 def test_tridiagonal_solver_matches_dense_solve() -> None:
     torch.manual_seed(0)
     n = 6
-    a, c = torch.rand(2, 5, n, dtype=F64)  # (batch, n)
+    a, c = torch.rand(2, 2, 5, n, dtype=F64)  # (batch, n) each
     b = 2.5 + torch.rand(2, 5, n, dtype=F64)  # diagonally dominant
     d = torch.randn(2, 5, n, dtype=F64)
     dense = torch.diag_embed(b) + torch.diag_embed(a[..., 1:], -1) + torch.diag_embed(c[..., :-1], 1)
     expected = torch.linalg.solve(dense, d.unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(solve_tridiagonal(a, b, c, d), expected)
+    torch.testing.assert_close(solve_tridiagonal(a, b, c, d), expected)  # overwrites b and d, as the reference
+    with pytest.raises(ValueError, match="one shape"):
+        solve_tridiagonal(a[0], b, c, d)
 
 
 # -- Lennard-Jones ------------------------------------------------------------------------------------

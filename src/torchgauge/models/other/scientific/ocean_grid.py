@@ -1,4 +1,4 @@
-"""Shared pieces of the pyhpc ocean-model kernels: grid shape, synthetic grid fields, metadata.
+"""Shared pieces of the pyhpc ocean-model kernels: grid shape, TorchBench's input stream, metadata.
 
 pyhpc-benchmarks (Dion Häfner, https://github.com/dionhaefner/pyhpc-benchmarks, Unlicense)
 times three kernels taken from the Veros ocean model (MIT). A problem of ``n`` grid points
@@ -15,7 +15,6 @@ from array import array
 from collections.abc import Callable
 
 import torch
-from torch.nn import functional as F
 
 from torchgauge.workload import BuildContext
 
@@ -24,10 +23,7 @@ __all__ = [
     "PYHPC_SPEC",
     "NumpyLegacyStream",
     "SMOKE_POINTS",
-    "face_gradient",
-    "grid_mask",
     "grid_shape",
-    "grid_spacing",
     "problem_points",
 ]
 
@@ -72,14 +68,17 @@ class NumpyLegacyStream:
     The rejection samplers draw, round after round, one try per value still wanted, so they
     consume exactly numpy's words. The polar factor goes through
     ``math.log`` and ``math.sqrt`` (the C library's, as numpy's) so the normals are numpy's to the last bit.
-    This lets a workload feed TorchBench's exact ``np.random.seed(17)`` inputs.
+    This lets a workload feed TorchBench's exact ``np.random.seed(17)`` inputs. Drawing a
+    2**20-point grid takes seconds; with ``meta=True`` nothing is drawn and every draw is a
+    meta tensor of numpy's shape and dtype (what a build on the meta device needs).
 
     Example:
         >>> NumpyLegacyStream(17).uniform(0.0, 1.0, (2,)).tolist()  # numpy: [0.29466500..., 0.53058675...]
         [0.2946650026871097, 0.5305867556052941]
     """
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, meta: bool = False) -> None:
+        self.meta = meta  # draw nothing: meta tensors of numpy's shapes and dtypes, for shape inspection
         state = [seed & 0xFFFFFFFF]
         for i in range(1, 624):  # MT19937 init_genrand, as numpy's legacy integer seeding
             state.append((1812433253 * (state[-1] ^ (state[-1] >> 30)) + i) & 0xFFFFFFFF)
@@ -90,7 +89,7 @@ class NumpyLegacyStream:
     def _words(self, count: int) -> torch.Tensor:
         """The next ``count`` 32-bit outputs of the generator, as int64."""
         if count == 0:
-            return torch.zeros(0, dtype=torch.int64)
+            return torch.zeros(0, dtype=torch.int64, device="cpu")
         raw = self._random.getrandbits(32 * count).to_bytes(4 * count, "little")
         return torch.frombuffer(bytearray(raw), dtype=torch.int32).to(torch.int64) & 0xFFFFFFFF
 
@@ -112,10 +111,12 @@ class NumpyLegacyStream:
             words = self._words(wanted * words_per_try).reshape(wanted, words_per_try)
             chunks.append(words[accept(words)])
             wanted -= len(chunks[-1])
-        return torch.cat(chunks) if chunks else torch.zeros(0, words_per_try, dtype=torch.int64)
+        return torch.cat(chunks) if chunks else torch.zeros(0, words_per_try, dtype=torch.int64, device="cpu")
 
     def rand(self, *shape: int) -> torch.Tensor:
         """``numpy.random.rand(*shape)``: float64 in [0, 1)."""
+        if self.meta:
+            return torch.empty(shape, dtype=torch.float64, device="meta")
         return self._doubles(math.prod(shape)).reshape(shape)
 
     def uniform(self, low: float, high: float, shape: tuple[int, ...]) -> torch.Tensor:
@@ -125,8 +126,10 @@ class NumpyLegacyStream:
     def randn(self, *shape: int) -> torch.Tensor:
         """``numpy.random.randn(*shape)``: float64 standard normals (legacy polar method)."""
         count = math.prod(shape)
+        if self.meta:
+            return torch.empty(shape, dtype=torch.float64, device="meta")
         if count == 0:
-            return torch.zeros(shape, dtype=torch.float64)
+            return torch.zeros(shape, dtype=torch.float64, device="cpu")
         cached = [] if self._gauss is None else [self._gauss]
         self._gauss = None
 
@@ -140,8 +143,15 @@ class NumpyLegacyStream:
         x1, x2 = x[:, 0], x[:, 1]
         r2 = (x1 * x1 + x2 * x2).tolist()
         # math's log and sqrt are the C library's, as numpy's (torch.sqrt may differ in the last bit)
-        f = torch.frombuffer(array("d", [math.sqrt(-2.0 * math.log(v) / v) for v in r2]), dtype=torch.float64)
-        normals = torch.cat([torch.tensor(cached, dtype=torch.float64), torch.stack([f * x2, f * x1], -1).flatten()])
+        factors = array("d", [math.sqrt(-2.0 * math.log(v) / v) for v in r2])
+        f = (
+            torch.frombuffer(factors, dtype=torch.float64)
+            if factors
+            else torch.zeros(0, dtype=torch.float64, device="cpu")
+        )
+        normals = torch.cat(
+            [torch.tensor(cached, dtype=torch.float64, device="cpu"), torch.stack([f * x2, f * x1], -1).flatten()]
+        )
         if len(normals) > count:  # the odd one out: numpy keeps it for the next normal
             self._gauss = normals[-1].item()
         return normals[:count].reshape(shape)
@@ -152,8 +162,10 @@ class NumpyLegacyStream:
         if not 0 <= span <= 0xFFFFFFFF:
             raise ValueError(f"randint needs 1 <= high - low <= 2**32, got low={low}, high={high}")
         count = math.prod(shape)
+        if self.meta:
+            return torch.empty(shape, dtype=torch.int64, device="meta")
         if span == 0:  # numpy draws nothing for a single value
-            return torch.full(shape, low, dtype=torch.int64)
+            return torch.full(shape, low, dtype=torch.int64, device="cpu")
         mask = (1 << span.bit_length()) - 1
         words = self._accepted_tries(1, count, lambda w: (w[:, 0] & mask) <= span)
         return (low + (words[:, 0] & mask)).reshape(shape)
@@ -180,28 +192,3 @@ def problem_points(ctx: BuildContext) -> int:
     if ctx.smoke and not ctx.batch_size_given:
         return SMOKE_POINTS
     return ctx.batch_size
-
-
-def grid_mask(ctx: BuildContext, *shape: int) -> torch.Tensor:
-    """Land/sea mask of 0.0/1.0 with 80% sea, as pyhpc draws it."""
-    return (ctx.rand(*shape, dtype=torch.float64) < 0.8).to(torch.float64)
-
-
-def grid_spacing(ctx: BuildContext, *shape: int) -> torch.Tensor:
-    """Positive grid metric in [0.5, 1.5).
-
-    pyhpc draws spacings and cosines from a standard normal; values near zero then blow
-    up the divisions and the tridiagonal solve. Positive metrics cost the same and keep
-    every output finite.
-    """
-    return ctx.rand(*shape, dtype=torch.float64) + 0.5
-
-
-def face_gradient(field: torch.Tensor, dim: int, mask: torch.Tensor, spacing: torch.Tensor) -> torch.Tensor:
-    """Masked forward difference onto the upper cell faces along ``dim``; zero on the last face.
-
-    ``out[i] = mask[i] * (field[i + 1] - field[i]) / spacing[i]`` with ``spacing`` broadcastable
-    to ``field``: the staggered-grid gradient of the Veros kernels.
-    """
-    pad = [0, 0] * (field.dim() - 1 - dim) + [0, 1]
-    return mask * F.pad(torch.diff(field, dim=dim), pad) / spacing

@@ -267,10 +267,13 @@ class EquationOfState(nn.Module):
         return self.dhdct(sa, ct, p)
 
 
-def torchbench_inputs(points: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TorchBench's ``(sa, ct, p)`` for ``points`` grid points: ``np.random.seed(17)``, then uniform draws."""
+def torchbench_inputs(points: int, *, meta: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TorchBench's ``(sa, ct, p)`` for ``points`` grid points: ``np.random.seed(17)``, then uniform draws.
+
+    With ``meta``, meta tensors of the same shapes and dtypes, nothing drawn.
+    """
     nx, ny, nz = grid_shape(points)
-    stream = NumpyLegacyStream(PYHPC_INPUT_SEED)
+    stream = NumpyLegacyStream(PYHPC_INPUT_SEED, meta=meta)
     sa = stream.uniform(1e-2, 10, (nx, ny, nz))  # [g/kg]
     ct = stream.uniform(-12, 20, (nx, ny, nz))  # [degC]
     p = stream.uniform(0, 1000, (1, 1, nz))  # [dbar], one pressure per level
@@ -278,7 +281,7 @@ def torchbench_inputs(points: int) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def _create_equation_of_state(ctx: BuildContext) -> Workload:
-    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx)))
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx), meta=ctx.device.type == "meta"))
     return Workload(ctx, EquationOfState(), inputs)
 
 

@@ -122,7 +122,7 @@ def gsw_dhdct_closed_form(sa: torch.Tensor, ct: torch.Tensor, p: torch.Tensor) -
 
 
 def _create_equation_of_state_closed_form(ctx: BuildContext) -> Workload:
-    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx)))
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx), meta=ctx.device.type == "meta"))
     return Workload(ctx, EquationOfState(gsw_dhdct_closed_form), inputs)
 
 

@@ -216,15 +216,16 @@ class IsoneutralMixing(nn.Module):
         return isoneutral_diffusion_pre(*fields)
 
 
-def torchbench_inputs(points: int) -> tuple[torch.Tensor, ...]:
+def torchbench_inputs(points: int, *, meta: bool = False) -> tuple[torch.Tensor, ...]:
     """TorchBench's 23 arrays for ``points`` grid points, drawn in its order after ``np.random.seed(17)``.
 
     The grid metrics are standard normal draws (TorchBench's, not physical spacings), and
     ``K_iso_steep`` is drawn and dropped as TorchBench does, which shifts the later draws.
+    With ``meta``, meta tensors of the same shapes and dtypes, nothing drawn.
     """
     shape = grid_shape(points)
     nx, ny, nz = shape
-    stream = NumpyLegacyStream(PYHPC_INPUT_SEED)
+    stream = NumpyLegacyStream(PYHPC_INPUT_SEED, meta=meta)
     maskT, maskU, maskV, maskW = ((stream.rand(*shape) < 0.8).to(torch.float64) for _ in range(4))
     dxt, dxu = (stream.randn(nx) for _ in range(2))
     dyt, dyu = (stream.randn(ny) for _ in range(2))
@@ -240,7 +241,7 @@ def torchbench_inputs(points: int) -> tuple[torch.Tensor, ...]:
 
 
 def _create_isoneutral_mixing(ctx: BuildContext) -> Workload:
-    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx)))
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx), meta=ctx.device.type == "meta"))
     return Workload(ctx, IsoneutralMixing(), inputs)
 
 

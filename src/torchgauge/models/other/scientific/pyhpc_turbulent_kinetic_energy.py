@@ -265,15 +265,16 @@ class TurbulentKineticEnergy(nn.Module):
         return integrate_tke(*fields)
 
 
-def torchbench_inputs(points: int) -> tuple[torch.Tensor, ...]:
+def torchbench_inputs(points: int, *, meta: bool = False) -> tuple[torch.Tensor, ...]:
     """TorchBench's 21 arrays for ``points`` grid points, drawn in its order after ``np.random.seed(17)``.
 
     The grid metrics, viscosity ``kappaM`` and mixing length ``mxl`` are standard normal draws
-    (TorchBench's, not physical values); ``kbot`` is int64 in ``[0, nz)``.
+    (TorchBench's, not physical values); ``kbot`` is int64 in ``[0, nz)``. With ``meta``,
+    meta tensors of the same shapes and dtypes, nothing drawn.
     """
     shape = grid_shape(points)
     nx, ny, nz = shape
-    stream = NumpyLegacyStream(PYHPC_INPUT_SEED)
+    stream = NumpyLegacyStream(PYHPC_INPUT_SEED, meta=meta)
     maskU, maskV, maskW = ((stream.rand(*shape) < 0.8).to(torch.float64) for _ in range(3))
     dxt, dxu = (stream.randn(nx) for _ in range(2))
     dyt, dyu = (stream.randn(ny) for _ in range(2))
@@ -290,7 +291,7 @@ def torchbench_inputs(points: int) -> tuple[torch.Tensor, ...]:
 
 
 def _create_turbulent_kinetic_energy(ctx: BuildContext) -> Workload:
-    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx)))
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx), meta=ctx.device.type == "meta"))
     return Workload(ctx, TurbulentKineticEnergy(), inputs)
 
 

@@ -288,6 +288,11 @@ def test_turbulent_kinetic_energy_leaves_its_inputs_and_returns_float32_correcti
     assert (tke.dtype, dtke.dtype, surface.dtype) == (F64, F64, torch.float32)
 
 
+def test_turbulent_kinetic_energy_rejects_a_grid_of_one_level() -> None:
+    with pytest.raises(ValueError, match="batch size \\(grid points\\) above 64, got 64"):
+        torchgauge.create("pyhpc_turbulent_kinetic_energy", mode="eval", batch_size=64)
+
+
 def test_numpy_legacy_stream_matches_numpy() -> None:
     np = pytest.importorskip("numpy")
     ours, reference = NumpyLegacyStream(17), np.random.RandomState(17)

@@ -291,7 +291,10 @@ def torchbench_inputs(points: int, *, meta: bool = False) -> tuple[torch.Tensor,
 
 
 def _create_turbulent_kinetic_energy(ctx: BuildContext) -> Workload:
-    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(problem_points(ctx), meta=ctx.device.type == "meta"))
+    points = problem_points(ctx)
+    if grid_shape(points)[2] < 2:  # the surface box couples to the level below it
+        raise ValueError(f"pyhpc_turbulent_kinetic_energy needs a batch size (grid points) above 64, got {points}")
+    inputs = tuple(t.to(ctx.device) for t in torchbench_inputs(points, meta=ctx.device.type == "meta"))
     return Workload(ctx, TurbulentKineticEnergy(), inputs)
 
 

@@ -10,7 +10,11 @@ Reference: pyhpc-benchmarks ``turbulent_kinetic_energy`` (Dion Häfner, Unlicens
 4. Adams-Bashforth update of the next time level.
 
 Time levels are the last axis: ``tau = 0`` (now), ``taup1 = 1`` (next), ``taum1 = 2``
-(previous). The reference updates ``tke`` and ``dtke`` in place and TorchBench's forward
+(previous). The kernel runs TorchBench's sequence of operations (``tke_pytorch.py``): the
+same temporaries, the in-place Thomas sweep and the zero-padded vertical stencil, in the same
+order, so its launches and memory traffic are TorchBench's.
+
+The reference updates ``tke`` and ``dtke`` in place and TorchBench's forward
 clones them first, so every step computes the same thing from the same inputs; here
 :func:`integrate_tke` makes those two copies. ``tke_surf_corr`` is float32, as TorchBench's
 (allocated with ``torch.zeros``' default dtype). Inputs are TorchBench's 21 arrays, drawn in
@@ -81,11 +85,11 @@ def _superbee_limiter(ratio: torch.Tensor) -> torch.Tensor:
 
 
 def _superbee_flux(vel, var, mask, cfl, velfac=None):
-    """Superbee-limited flux through the faces between ``var[1]`` and ``var[2]`` of the 4-cell stencils given.
+    """Superbee-limited flux through the faces ``i + 1/2``, from the velocity ``vel`` on them.
 
-    ``vel``, ``var`` and ``mask`` are ``(up-1, face-1, face, face+1)``-shifted windows: tuples of
-    four views ``[i - 1], [i], [i + 1], [i + 2]`` for the faces ``i + 1/2``; ``cfl`` is the face
-    Courant number and ``velfac`` an optional metric factor on the velocity.
+    ``var`` holds the four shifted views ``var[i - 1], var[i], var[i + 1], var[i + 2]`` of the
+    tracer (see :func:`_windows`), ``mask`` the first three of the face mask; ``cfl`` is the
+    Courant number on the faces and ``velfac`` an optional metric factor on the velocity.
     """
     var_m, var_0, var_1, var_2 = var
     rjp = (var_2 - var_1) * mask[2]

@@ -97,21 +97,20 @@ class NumpyLegacyStream:
         """The next ``count`` ``random_sample`` doubles in [0, 1)."""
         return _words_to_doubles(self._words(2 * count).reshape(count, 2))
 
-    def _accepted_tries(
-        self, words_per_try: int, wanted: int, accept: Callable[[torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor:
-        """The words ``(wanted, words_per_try)`` of the first ``wanted`` tries that ``accept`` keeps.
+    @staticmethod
+    def _kept(wanted: int, tries: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """The first ``wanted`` values a rejection sampler keeps, in order.
 
-        ``accept`` maps words ``(tries, words_per_try)`` to one bool per try. Each round draws as
-        many tries as values are still wanted, which numpy makes at the least, so no word is
-        drawn that numpy would not draw.
+        ``tries(n)`` makes ``n`` tries and returns the values it keeps. Each round makes as many
+        tries as values are still wanted, which numpy makes at the least, so no word is drawn
+        that numpy would not draw.
         """
-        chunks = []
+        chunks = [tries(wanted)]
+        wanted -= len(chunks[-1])
         while wanted > 0:
-            words = self._words(wanted * words_per_try).reshape(wanted, words_per_try)
-            chunks.append(words[accept(words)])
+            chunks.append(tries(wanted))
             wanted -= len(chunks[-1])
-        return torch.cat(chunks) if chunks else torch.zeros(0, words_per_try, dtype=torch.int64, device="cpu")
+        return torch.cat(chunks)
 
     def rand(self, *shape: int) -> torch.Tensor:
         """``numpy.random.rand(*shape)``: float64 in [0, 1)."""
@@ -133,15 +132,13 @@ class NumpyLegacyStream:
         cached = [] if self._gauss is None else [self._gauss]
         self._gauss = None
 
-        def in_unit_disc(words: torch.Tensor) -> torch.Tensor:
-            x = 2.0 * _words_to_doubles(words.reshape(-1, 2, 2)) - 1.0
+        def in_unit_disc(tries: int) -> torch.Tensor:  # (x1, x2, r2) of the pairs inside the unit disc
+            x = 2.0 * self._doubles(2 * tries).reshape(tries, 2) - 1.0
             r2 = x[:, 0] * x[:, 0] + x[:, 1] * x[:, 1]
-            return (r2 < 1.0) & (r2 != 0.0)
+            return torch.cat([x, r2[:, None]], dim=1)[(r2 < 1.0) & (r2 != 0.0)]
 
-        pairs = math.ceil((count - len(cached)) / 2)
-        x = 2.0 * _words_to_doubles(self._accepted_tries(4, pairs, in_unit_disc).reshape(-1, 2, 2)) - 1.0
-        x1, x2 = x[:, 0], x[:, 1]
-        r2 = (x1 * x1 + x2 * x2).tolist()
+        points = self._kept(math.ceil((count - len(cached)) / 2), in_unit_disc)
+        x1, x2, r2 = points[:, 0], points[:, 1], points[:, 2].tolist()
         # math's log and sqrt are the C library's, as numpy's (torch.sqrt may differ in the last bit)
         factors = array("d", [math.sqrt(-2.0 * math.log(v) / v) for v in r2])
         f = (
@@ -167,8 +164,12 @@ class NumpyLegacyStream:
         if span == 0:  # numpy draws nothing for a single value
             return torch.full(shape, low, dtype=torch.int64, device="cpu")
         mask = (1 << span.bit_length()) - 1
-        words = self._accepted_tries(1, count, lambda w: (w[:, 0] & mask) <= span)
-        return (low + (words[:, 0] & mask)).reshape(shape)
+
+        def below_span(tries: int) -> torch.Tensor:
+            values = self._words(tries) & mask
+            return values[values <= span]
+
+        return (low + self._kept(count, below_span)).reshape(shape)
 
 
 def _words_to_doubles(words: torch.Tensor) -> torch.Tensor:

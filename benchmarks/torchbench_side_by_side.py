@@ -10,6 +10,18 @@ TorchBench's import and are reported with the error line.
 
     PYTHONPATH=src python benchmarks/torchbench_side_by_side.py --torchbench /tmp/tbench \\
         lennard_jones nvidia_deeprecommender --rounds 2
+
+``--suite`` compares a full-size *pass* as each tool runs one: TorchBench's ``run.py`` once per
+configuration (it has no multi-model runner), torchgauge one ``run`` over every configuration
+with ``--torchgauge-args`` (e.g. ``"--adaptive 0.05 --repeat 5 --warmup 1"``). Per round it
+records each tool's total wall time and every configuration's median; the summary gives the
+ratio of total walls, each configuration's median ratio, and each tool's precision: how far
+its medians of one configuration move between rounds (max/min over rounds), which is what a
+user comparing two builds run in separate processes relies on.
+
+    PYTHONPATH=src python benchmarks/torchbench_side_by_side.py --torchbench /tmp/tbench --suite \\
+        --modes train,eval --rounds 3 --torchgauge-args "--adaptive 0.05 --repeat 5 --warmup 1" \\
+        lennard_jones nanogpt phlippe_resnet
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,7 +42,15 @@ from pathlib import Path
 TB_MEDIAN = re.compile(r"CPU Wall Time per batch:\s+([0-9.]+) milliseconds")
 
 
+# Intra-op threads for both tools: "all" is torch's default (one per CPU), which TorchBench's
+# run.py uses; a number N runs TorchBench with OMP_NUM_THREADS=N and torchgauge with --threads N.
+THREADS = "all"
+
+
 def _torchbench(checkout: Path, model: str, mode: str, timeout_s: float) -> dict[str, object]:
+    env = dict(os.environ)
+    if THREADS != "all":
+        env["OMP_NUM_THREADS"] = THREADS
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "run.py", model, "-d", "cpu", "-t", mode],
@@ -37,6 +58,7 @@ def _torchbench(checkout: Path, model: str, mode: str, timeout_s: float) -> dict
         capture_output=True,
         text=True,
         timeout=timeout_s,
+        env=env,
     )
     wall = time.perf_counter() - t0
     match = TB_MEDIAN.search(proc.stdout + proc.stderr)
@@ -70,7 +92,7 @@ def _torchgauge(model: str, mode: str, timeout_s: float) -> dict[str, object]:
                 # torch's default thread count, as TorchBench's run.py uses (torchgauge defaults
                 # to one intra-op thread for stability on shared machines)
                 "--threads",
-                "all",
+                THREADS,
                 "-o",
                 str(out),
                 "--quiet",
@@ -86,6 +108,98 @@ def _torchgauge(model: str, mode: str, timeout_s: float) -> dict[str, object]:
     return {"wall_s": round(wall, 2), "median_ms": median, "error": error}
 
 
+def _torchgauge_pass(configs: list[tuple[str, str]], extra: list[str], timeout_s: float) -> dict[str, object]:
+    """One ``torchgauge run`` per distinct mode set over ``configs``; wall in all and each median."""
+    modes_of: dict[str, set[str]] = {}
+    for model, mode in configs:
+        modes_of.setdefault(model, set()).add(mode)
+    groups: dict[str, list[str]] = {}
+    for model, modes in modes_of.items():
+        groups.setdefault("both" if modes == {"train", "eval"} else next(iter(modes)), []).append(model)
+    medians: dict[str, float | None] = {}
+    samples: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    wall = 0.0
+    for mode, models in groups.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "r.json"
+            t0 = time.perf_counter()
+            cmd = [sys.executable, "-m", "torchgauge.cli", "run", *models, "--mode", mode, "--metrics", "time"]
+            cmd += ["--threads", THREADS, *extra, "-o", str(out), "--quiet"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            wall += time.perf_counter() - t0
+            runs = json.loads(out.read_text())["runs"] if out.exists() else []
+            if not runs:
+                errors[f"{mode}:{','.join(models)}"] = proc.stderr.strip()[-300:]
+        for run in runs:
+            key = f"{run['model']}/{run['mode']}"
+            time_ms = run["metrics"].get("time_ms", {})
+            medians[key] = time_ms.get("median")
+            samples[key] = len(time_ms.get("samples", ()))
+            if run.get("error"):
+                errors[key] = str(run["error"])[:300]
+    return {"wall_s": round(wall, 2), "medians_ms": medians, "samples": samples, "errors": errors}
+
+
+def _suite(args: argparse.Namespace, configs: list[tuple[str, str]]) -> dict[str, object]:
+    """Rounds of a full pass per tool, alternating which tool goes first."""
+    extra = shlex.split(args.torchgauge_args)
+    rounds = []
+    for round_ in range(args.rounds):
+        order = ("torchbench", "torchgauge") if round_ % 2 == 0 else ("torchgauge", "torchbench")
+        entry: dict[str, object] = {"round": round_, "order": order}
+        for tool in order:
+            load = round(os.getloadavg()[0], 2)
+            if tool == "torchgauge":
+                result = _torchgauge_pass(configs, extra, args.timeout * len(configs))
+            else:
+                per = {}
+                for m, mode in configs:
+                    per[f"{m}/{mode}"] = _torchbench_or_timeout(args, m, mode)
+                    print(
+                        json.dumps({"round": round_, "torchbench": f"{m}/{mode}", **per[f"{m}/{mode}"]}),
+                        file=sys.stderr,
+                    )
+                result = {
+                    "wall_s": round(sum(r["wall_s"] for r in per.values()), 2),
+                    "medians_ms": {k: r["median_ms"] for k, r in per.items()},
+                    "errors": {k: r["error"] for k, r in per.items() if r["error"]},
+                }
+            entry[tool] = {**result, "load_before": load, "load_after": round(os.getloadavg()[0], 2)}
+            print(json.dumps({"round": round_, "tool": tool, "wall_s": result["wall_s"]}), file=sys.stderr)
+        rounds.append(entry)
+    walls = {t: [r[t]["wall_s"] for r in rounds] for t in ("torchbench", "torchgauge")}
+    per_config = {}
+    for model, mode in configs:
+        key = f"{model}/{mode}"
+        meds = {t: [r[t]["medians_ms"].get(key) for r in rounds] for t in ("torchbench", "torchgauge")}
+        ok = {t: [m for m in v if m] for t, v in meds.items()}
+        per_config[key] = {
+            "medians_ms": meds,
+            "median_ratio": round(statistics.median(ok["torchgauge"]) / statistics.median(ok["torchbench"]), 3)
+            if ok["torchgauge"] and ok["torchbench"]
+            else None,
+            # precision a user relies on: how far one configuration's median moves between processes
+            "round_spread": {t: round(max(v) / min(v), 3) if len(v) > 1 else None for t, v in ok.items()},
+            "torchgauge_samples": [r["torchgauge"].get("samples", {}).get(key) for r in rounds],
+        }
+    return {
+        "walls_s": walls,
+        "wall_ratio_torchgauge_over_torchbench": round(
+            statistics.median(walls["torchgauge"]) / statistics.median(walls["torchbench"]), 3
+        ),
+        "per_config": per_config,
+        "rounds": rounds,
+    }
+
+
+def _torchbench_or_timeout(args: argparse.Namespace, model: str, mode: str) -> dict[str, object]:
+    try:
+        return _torchbench(args.torchbench, model, mode, args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"wall_s": args.timeout, "median_ms": None, "error": f"timed out after {args.timeout:g} s"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+")
@@ -94,8 +208,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--suite", action="store_true", help="a whole pass per tool (see the module docstring)")
+    parser.add_argument("--torchgauge-args", default="--repeat 10 --warmup 3", help="with --suite: run's options")
+    parser.add_argument("--threads", default="all", help="intra-op threads for both tools: all or N")
     args = parser.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
     load_before = [round(x, 2) for x in os.getloadavg()]
+    if args.suite:
+        configs = [(m, mode) for m in args.models for mode in args.modes.split(",")]
+        doc = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "load_before": load_before}
+        doc.update(_suite(args, configs), torchgauge_args=args.torchgauge_args)
+        doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        if args.json:
+            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in doc.items() if k != "rounds"}, indent=1))
+        return 0
     rows = []
     for round_ in range(args.rounds):
         for model in args.models:

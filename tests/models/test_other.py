@@ -293,9 +293,10 @@ def test_turbulent_kinetic_energy_rejects_a_grid_of_one_level() -> None:
         torchgauge.create("pyhpc_turbulent_kinetic_energy", mode="eval", batch_size=64)
 
 
-def test_numpy_legacy_stream_matches_numpy() -> None:
+@pytest.mark.parametrize("use_numpy", [False, True], ids=["pure-python", "numpy"])
+def test_numpy_legacy_stream_matches_numpy(use_numpy: bool) -> None:
     np = pytest.importorskip("numpy")
-    ours, reference = NumpyLegacyStream(17), np.random.RandomState(17)
+    ours, reference = NumpyLegacyStream(17, use_numpy=use_numpy), np.random.RandomState(17)
     draws = [
         ("uniform", (-12.0, 20.0, (3, 5))),
         ("rand", (4, 3)),

@@ -168,6 +168,8 @@ def _suite(args: argparse.Namespace, configs: list[tuple[str, str]]) -> dict[str
             entry[tool] = {**result, "load_before": load, "load_after": round(os.getloadavg()[0], 2)}
             print(json.dumps({"round": round_, "tool": tool, "wall_s": result["wall_s"]}), file=sys.stderr)
         rounds.append(entry)
+        if args.json:  # each round as it ends, so a pass cut short still leaves its finished rounds
+            Path(args.json).with_suffix(".rounds.json").write_text(json.dumps(rounds, indent=1) + "\n")
     walls = {t: [r[t]["wall_s"] for r in rounds] for t in ("torchbench", "torchgauge")}
     per_config = {}
     for model, mode in configs:

@@ -94,9 +94,10 @@ def test_torch_multimodal_clip_loss_uses_the_clamped_learnable_temperature() -> 
 
 def test_torch_multimodal_clip_eval_reads_back_each_images_best_caption() -> None:
     w = torchgauge.create("torch_multimodal_clip", mode="eval", size="smoke")
-    best = w.step()
+    out = w.step()
     image, text = w.module(*w.inputs)
-    assert best == (image @ text.T).argmax(dim=1).tolist()
+    torch.testing.assert_close(out["scores"], image @ text.T)
+    assert out["best"] == (image @ text.T).argmax(dim=1).tolist()
     train = torchgauge.create("torch_multimodal_clip", mode="train", size="smoke")
     scale = train.module.loss.logit_scale
     train.step()

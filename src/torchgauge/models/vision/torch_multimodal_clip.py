@@ -181,10 +181,13 @@ class CLIPWorkload(Workload):
         loss.item()  # TorchBench: total_loss += loss.item()
         return loss
 
-    def eval_step(self) -> list[int]:
+    def eval_step(self) -> dict[str, Any]:
+        """``{"scores": (B, B) image-caption similarities, "best": each image's best caption index}``."""
         image, text = super().eval_step()
-        indices = torch.argmax(image @ text.t(), dim=1)
-        return [indices[i].item() for i in range(image.size(0))]  # TorchBench maps each to its caption
+        scores = image @ text.t()
+        indices = torch.argmax(scores, dim=1)
+        best = [indices[i].item() for i in range(image.size(0))]  # TorchBench maps each to its caption
+        return {"scores": scores, "best": best}
 
 
 _VIT_B32 = dict(embedding_dim=512, image_size=224, patch_size=32, width=768, heads=12, layers=12)

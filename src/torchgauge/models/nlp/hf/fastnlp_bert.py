@@ -28,8 +28,8 @@ one sample per forward (4 forwards).
 Parameters: fastNLP 0.6.0 (TorchBench's pinned version, patched to build ``BertModel`` from the
 config) keeps BERT's whole 21,128-row word embedding (the word-piece trimming of older fastNLP
 releases is gone: ``_BertWordModel`` only maps words to pieces) and its pooler: 102,269,186, as
-here. Not reproduced: fastNLP maps words to word pieces on the host each forward (a copy of the
-words to the CPU and a Python loop per sample); here the words are already piece ids.
+here. As fastNLP, each forward reads the longest sample's length back, copies the words to the
+host and writes each sample's pieces back to the device (here the words are already piece ids).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ SMOKE = {**BERT_BASE_CHINESE, "vocab_size": 512, "hidden_size": 32, "num_hidden_
          "num_attention_heads": 2, "intermediate_size": 64}  # fmt: skip
 QUESTION_LEN, CONTEXT_LEN = 16, 457  # the simulator's query_length 15 and context_length 456, plus one
 ANSWER_LEN = 8  # answers_length 7, plus one, at answer_start 0
-UNK, CLS, SEP = 100, 101, 102  # BERT's special word pieces (bert-base-chinese ids)
+PAD, UNK, CLS, SEP = 0, 100, 101, 102  # BERT's special word pieces (bert-base-chinese ids)
 FIRST_WORD_PIECE = 103  # words are drawn above the specials
 WORD_DROPOUT, EMBEDDING_DROPOUT = 0.01, 0.5  # TorchBench's BertEmbedding(word_dropout=0.01, dropout=0.5)
 QUESTIONS_PER_CONTEXT = {"train": 5, "eval": 4}  # the simulator's qas_size
@@ -83,8 +83,12 @@ class BertForQuestionAnswering(nn.Module):
                 dropped = torch.bernoulli(torch.full_like(words, WORD_DROPOUT, dtype=torch.float)).eq(1)
                 words = words.masked_fill(dropped & words.ne(SEP), UNK)
         with torch.no_grad():  # [CLS] words [SEP]; segment 0 through the first [SEP], 1 after it
-            n = words.size(0)
-            pieces = torch.cat([words.new_full((n, 1), CLS), words, words.new_full((n, 1), SEP)], dim=1)
+            # fastNLP reads the longest sample back, then maps words to pieces on the host, sample by sample
+            longest = int(words.ne(PAD).sum(dim=-1).max().item())
+            pieces = words.new_full((words.size(0), longest + 2), PAD)
+            for i, row in enumerate(words.cpu().tolist()):  # one word piece per character here
+                pieces[i, 1 : len(row) + 1] = torch.tensor(row)
+            pieces[:, 0], pieces[:, longest + 1] = CLS, SEP
             seps_from_right = pieces.eq(SEP).long().flip(-1).cumsum(-1).flip(-1)
             segments = seps_from_right.fmod(2)
             segments = segments[:, :1] ^ segments

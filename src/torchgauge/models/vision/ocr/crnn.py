@@ -55,7 +55,6 @@ __all__ = [
     "vgg16_bn_r",
 ]
 
-# docTR VOCABS["legacy_french"]: latin + "°" + accented letters + currency symbols.
 # docTR >= 1.0 (datasets/vocabs.py): VOCABS["french"] = english ("latin" + "°" + currencies) + accents
 FRENCH_VOCAB = string.digits + string.ascii_letters + string.punctuation + "°" + "£€¥¢฿" + "àâéèêëîïôùûüçÀÂÉÈÊËÎÏÔÙÛÜÇ"
 # Last max-pools made (2, 1): height still halves, the 32 horizontal steps survive.

@@ -91,7 +91,6 @@ EXPECTED_CHECKPOINTS = {
     "hf_ConvBert": "YituTech/conv-bert-base",
     "hf_Rwkv": "RWKV/rwkv-4-169m-pile",
     "hf_FSMT": "facebook/wmt19-en-de",
-    "torch_multimodal_clip": "openai/clip-vit-base-patch32",
     "llama_v2_7b_16h": "meta-llama/Llama-2-7b-hf (LlamaConfig defaults, 16 layers)",
     "llava": "liuhaotian/llava-v1.5-13b (as read by AutoConfig: LlavaConfig defaults)",
     "moondream": "vikhyatk/moondream1 (as read by PhiConfig: PhiConfig defaults)",
@@ -127,7 +126,7 @@ def test_full_config_matches_checkpoint(name: str) -> None:
         assert _sizes(config.text_config) == LLAVA_TEXT_SIZES
         assert _sizes(config.vision_config)[:3] == LLAVA_VISION_SIZES
         assert (config.vision_config.image_size, config.vision_config.patch_size) == (336, 14)
-    elif name in ("hf_clip", "torch_multimodal_clip"):
+    elif name == "hf_clip":
         assert _sizes(config.text_config) == CLIP_TEXT_SIZES
         assert _sizes(config.vision_config)[:3] == CLIP_VISION_SIZES[:3]
         assert (config.vision_config.image_size, config.vision_config.patch_size) == (224, 32)

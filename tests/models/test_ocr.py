@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import torchgauge
 from torchgauge.models.vision.ocr.crnn import (
     CRNN,
-    LEGACY_FRENCH_VOCAB,
+    FRENCH_VOCAB,
     CRNNConfig,
     ctc_greedy_decode,
     tokens_to_words,
@@ -180,9 +180,9 @@ def test_crnn_shapes_and_ctc_loss():
     torch.manual_seed(0)
     model = CRNN(CRNNConfig())
     crops = torch.rand(2, 3, 32, 128) * 255
-    assert model.logits(crops).shape == (2, 32, len(LEGACY_FRENCH_VOCAB) + 1)
-    assert len(LEGACY_FRENCH_VOCAB) == 123
-    labels = torch.tensor([[5, 6, 7, 123], [1, 123, 123, 123]])
+    assert model.logits(crops).shape == (2, 32, len(FRENCH_VOCAB) + 1)
+    assert len(FRENCH_VOCAB) == 126  # docTR >= 1.0's VOCABS["french"]
+    labels = torch.tensor([[5, 6, 7, 126], [1, 126, 126, 126]])
     loss = model(crops, labels, torch.tensor([3, 1]))["loss_ctc"]
     assert torch.isfinite(loss) and loss.item() > 0
     model.eval()
@@ -192,7 +192,7 @@ def test_crnn_shapes_and_ctc_loss():
 
 def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="max_label_length"):
-        torchgauge.create("doctr_reco_predictor", mode="train", size="smoke", max_label_length=40)
+        torchgauge.create("crnn_vgg16_bn", mode="train", size="smoke", max_label_length=40)
     with pytest.raises(ValueError, match="multiple of 32"):
         torchgauge.create("doctr_det_predictor", mode="eval", size="smoke", image_size=50)
 

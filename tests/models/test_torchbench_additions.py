@@ -70,12 +70,38 @@ def test_sam_returns_three_masks_at_the_photo_size() -> None:
 
 
 def test_torch_multimodal_clip_one_word_captions() -> None:
-    ids = _meta("torch_multimodal_clip", "train").inputs["input_ids"]
-    assert ids.shape == (32, 77)
+    w = _meta("torch_multimodal_clip", "train")
+    images, ids = w.inputs
+    assert images.shape == (32, 3, 224, 224) and ids.shape == (32, 77)
+    assert sum(p.numel() for p in w.module.model.parameters()) == 151_277_312  # + the loss's temperature
+    assert isinstance(w.optimizer, torch.optim.AdamW) and w.optimizer.param_groups[0]["eps"] == 1e-6
+    ids = torchgauge.create("torch_multimodal_clip", mode="eval", size="smoke").inputs[1]
+    assert (ids[:, 0] == 49406).all() and (ids[:, 2] == 49407).all() and (ids[:, 3:] == 0).all()
+
+
+def test_torch_multimodal_clip_loss_uses_the_clamped_learnable_temperature() -> None:
+    from torchgauge.models.vision.torch_multimodal_clip import ContrastiveLossWithTemperature
+
+    gen = torch.Generator().manual_seed(0)
+    image, text = (torch.nn.functional.normalize(torch.randn(4, 8, generator=gen)) for _ in range(2))
+    loss_fn = ContrastiveLossWithTemperature(logit_scale=7.0)  # above ln(100): clamped on the call
+    logits = image @ text.T * 100.0
+    labels = torch.arange(4)
+    want = (torch.nn.functional.cross_entropy(logits, labels) + torch.nn.functional.cross_entropy(logits.T, labels)) / 2
+    torch.testing.assert_close(loss_fn(image, text), want, rtol=1e-4, atol=1e-4)
+    assert loss_fn.logit_scale.item() == pytest.approx(4.6052)
+
+
+def test_torch_multimodal_clip_eval_reads_back_each_images_best_caption() -> None:
     w = torchgauge.create("torch_multimodal_clip", mode="eval", size="smoke")
-    ids, text = w.inputs["input_ids"], w.module.config.text_config
-    assert (ids[:, 0] == text.bos_token_id).all() and (ids[:, 2] == text.eos_token_id).all()
-    assert (ids[:, 3:] == 0).all()
+    out = w.step()
+    image, text = w.module(*w.inputs)
+    torch.testing.assert_close(out["scores"], image @ text.T)
+    assert out["best"] == (image @ text.T).argmax(dim=1).tolist()
+    train = torchgauge.create("torch_multimodal_clip", mode="train", size="smoke")
+    scale = train.module.loss.logit_scale
+    train.step()
+    assert scale.grad is not None and scale.grad.abs() > 0  # the optimizer trains the temperature too
 
 
 def test_detectron2_maskrcnn_trains_with_sgd_at_lr_zero() -> None:
@@ -177,24 +203,30 @@ def test_modded_nanogpt_loss_is_summed_in_training() -> None:
     torch.testing.assert_close(total, mean * inputs[0].numel())
 
 
-def test_sliding_window_mask_without_documents_is_a_block_window() -> None:
-    from torchgauge.models.nlp.modded_nanogpt import sliding_window_document_mask
+def _sliding_window_pattern(seq: torch.Tensor, window: int, block_size: int, eos_token: int = 9) -> torch.Tensor:
+    """The (T, T) pattern compiled flex attention applies: the long block mask's kept blocks, document-causal."""
+    from torchgauge.models.nlp.modded_nanogpt import document_causal_mask, document_ids, speedrun_block_masks
 
+    docs = document_ids(seq, eos_token)
+    long, _ = speedrun_block_masks(docs, torch.tensor(window, dtype=torch.int32), block_size)
+    kept = long.to_dense()[0, 0].bool().repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)
+    return kept & document_causal_mask(docs)
+
+
+def test_block_mask_without_documents_is_a_block_window() -> None:
     seq = torch.zeros(16, dtype=torch.int32)  # no end-of-text token: one document
     q, k = torch.arange(16)[:, None], torch.arange(16)[None]
     for window in (1, 2, 3, 8):
         expected = (q >= k) & (q // 4 - k // 4 < window)
-        assert torch.equal(sliding_window_document_mask(seq, window, block_size=4, eos_token=9), expected)
+        assert torch.equal(_sliding_window_pattern(seq, window, block_size=4), expected)
 
 
-def test_sliding_window_mask_with_a_document_boundary() -> None:
+def test_block_mask_with_a_document_boundary() -> None:
     """Hand-worked BlockMask: blocks of 2, window 2, a document starting at token 3.
 
     Query block 3 has one full block (2) and two partial ones (1, 3): it keeps window - 1 = 1 full
     block and max(window - 1, 1) = 1 partial, the nearest (3), so token 3 falls out of its view.
     """
-    from torchgauge.models.nlp.modded_nanogpt import sliding_window_document_mask
-
     seq = torch.tensor([0, 0, 0, 9, 0, 0, 0, 0])
     expected = torch.tensor(
         [
@@ -209,4 +241,65 @@ def test_sliding_window_mask_with_a_document_boundary() -> None:
         ],
         dtype=torch.bool,
     )
-    assert torch.equal(sliding_window_document_mask(seq, 2, block_size=2, eos_token=9), expected)
+    assert torch.equal(_sliding_window_pattern(seq, 2, block_size=2), expected)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_cpu_attention_is_eager_flex_attention() -> None:
+    """Eager flex_attention (TorchBench's run) ignores the window; the CPU's dense attention is it, bit for bit."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from torchgauge.models.nlp.modded_nanogpt import DenseDocumentCausalAttention, document_ids, speedrun_block_masks
+
+    gen = torch.Generator().manual_seed(0)
+    docs = document_ids(torch.randint(0, 40, (256,), generator=gen), eos_token=3)
+    q, k, v = (torch.randn(1, 2, 256, 16, generator=gen).bfloat16() for _ in range(3))
+    long, short = speedrun_block_masks(docs, torch.tensor(2, dtype=torch.int32), block_size=128)
+    with torch.no_grad():  # FlexAttention has no backward on the CPU
+        dense = DenseDocumentCausalAttention.apply(q, k, v, docs, 0.12)
+        assert torch.equal(flex_attention(q, k, v, block_mask=long, scale=0.12), dense)
+        assert torch.equal(flex_attention(q, k, v, block_mask=short, scale=0.12), dense)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_model_with_flex_attention_gives_the_cpu_loss(monkeypatch) -> None:
+    """The path off the CPU (block masks into flex_attention), run forward-only on the CPU."""
+    from torchgauge.models.nlp import modded_nanogpt
+
+    w = torchgauge.create("modded_nanogpt", mode="train", size="smoke")
+    with torch.no_grad():
+        dense = w.module(*w.inputs)
+        monkeypatch.setattr(modded_nanogpt, "uses_flex_attention", lambda device: True)
+        assert torch.equal(w.module(*w.inputs), dense)
+
+
+def test_cpu_attention_backward_is_the_attention_gradient() -> None:
+    from torchgauge.models.nlp.modded_nanogpt import DenseDocumentCausalAttention, document_causal_mask, document_ids
+
+    gen = torch.Generator().manual_seed(0)
+    docs = document_ids(torch.randint(0, 20, (64,), generator=gen), eos_token=3)
+    q, k, v = (torch.randn(1, 2, 64, 8, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 2, 64, 8, generator=gen, dtype=torch.float64)
+    got = torch.autograd.grad(DenseDocumentCausalAttention.apply(q, k, v, docs, 0.12), (q, k, v), grad)
+    scores = (q @ k.transpose(-2, -1) * 0.12).masked_fill(~document_causal_mask(docs), float("-inf"))
+    want = torch.autograd.grad(scores.softmax(-1) @ v, (q, k, v), grad)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)  # float32 scores inside
+
+
+def test_fp8_head_approximates_the_matmul_and_its_gradients() -> None:
+    from torchgauge.models.nlp.modded_nanogpt import FP8Linear
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 64, generator=gen).bfloat16().requires_grad_()
+    w = (torch.randn(128, 64, generator=gen) * 0.05).requires_grad_()
+    out = FP8Linear.apply(x, w, 64**0.5 / 448, 2**-9, 1 / 448)
+    assert out.dtype == torch.bfloat16
+    grad = torch.randn(64, 128, generator=gen).bfloat16()
+    gx, gw = torch.autograd.grad(out, (x, w), grad)
+    assert gx.dtype == torch.bfloat16 and gw.dtype == torch.float32
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    want = x64 @ w64.T
+    wx, ww = torch.autograd.grad(want, (x64, w64), grad.double())
+    for got, ref in ((out, want), (gx, wx), (gw, ww)):  # e4m3 / e5m2 keep 3 / 2 mantissa bits
+        assert (got.double() - ref).norm() / ref.norm() < 0.1

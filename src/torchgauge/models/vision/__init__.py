@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (registers models)
     spatial_transformer,
     squeezenet,
     swin,
+    torch_multimodal_clip,
     vgg,
     video_resnet,
     vit,

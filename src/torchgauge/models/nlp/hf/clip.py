@@ -16,10 +16,7 @@ classification.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
-
-import torch
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
@@ -154,34 +151,3 @@ SD2_TEXT_ENCODER = HFModelSpec(
 def stable_diffusion_text_encoder(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Stable Diffusion 2's CLIP text encoder (CLIPTextModel) on 10 prompt tokens."""
     return create_hf_workload(ctx, SD2_TEXT_ENCODER, **kwargs)
-
-
-def short_caption_inputs(ctx: BuildContext, config: Any, seq_len: int) -> dict:
-    """Images ``(B, 3, S, S)`` and one-word captions ``(B, seq_len)``: <start> word <end>, zero-padded.
-
-    torch_multimodal_clip's ``CLIPTextTransform`` turns its captions ("pizza", "dog", ...) into
-    exactly that: three real tokens in a 77-token context.
-    """
-    text = config.text_config
-    inputs = image_text_inputs(ctx, config, seq_len)
-    ids = torch.zeros(ctx.batch_size, seq_len, dtype=torch.long, device=ctx.device)
-    ids[:, 0] = text.bos_token_id
-    ids[:, 1] = ctx.randint(0, min(text.bos_token_id, text.vocab_size), (ctx.batch_size,))
-    ids[:, 2] = text.eos_token_id
-    inputs["input_ids"] = ids
-    return inputs
-
-
-# CLIPTextTransform pads every caption to its 77-token context (text_max_length)
-TORCH_MULTIMODAL_CLIP = replace(CLIP_VIT_BASE_PATCH32, inputs=short_caption_inputs, seq_len=(77, 77))
-
-
-@register_model(
-    domain="vision", task="contrastive_image_text",
-    source="Radford et al., CLIP, 2021; TorchMultimodal clip_vit_b32 (as Hugging Face transformers CLIPModel)",
-    batch_size=(32, 32), preload=HF_PRELOAD, tags=("hf",), param_count=151_277_313, hf_spec=TORCH_MULTIMODAL_CLIP,
-    notes="TorchMultimodal's ViT-B/32 CLIP with its contrastive loss with learnable temperature; one-word captions",
-)  # fmt: skip
-def torch_multimodal_clip(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """CLIP ViT-B/32 on 224x224 images and one-word captions; AdamW (5e-4, wd 1e-4, eps 1e-6)."""
-    return create_hf_workload(ctx, TORCH_MULTIMODAL_CLIP, **kwargs)

@@ -7,7 +7,16 @@ Recognition and Its Application to Scene Text Recognition" (2015). Layers follow
 layer table of this package's :mod:`~torchgauge.models.vision.vgg`) with the last three 2x2
 max-pools made (2, 1), so a 32x128 word crop becomes a ``(512, 1, 32)`` map read as 32 time
 steps; a 2-layer bidirectional LSTM (128 units) and a linear layer over the vocabulary plus
-the CTC blank (last index). The vocabulary is docTR's ``legacy_french`` (123 characters).
+the CTC blank (last index). The vocabulary is docTR's ``french`` (126 characters, docTR >= 1.0,
+which TorchBench installs unpinned): 15,808,447 parameters, the count of TorchBench's model.
+
+Two registrations. ``doctr_reco_predictor`` is TorchBench's benchmark: eval only (its ``train()``
+raises NotImplementedError; CPU is ``not_implemented`` in its metadata), batch 1, the bare
+recognition model (``predictor.reco_predictor.model``) called on ``randn(B, 3, 32, 128)`` with
+``return_model_output=True``: docTR's pre-processor (resize, normalise) is not part of the call,
+so the inputs are not normalised here either. ``crnn_vgg16_bn`` is the same network as docTR's
+training reference runs it: 0-255 crops normalised by docTR's mean and std inside the model,
+training at batch 64 with CTC and Adam, evaluation at batch 1.
 
 Training: CTC loss (``zero_infinity``, as docTR) against seeded random label sequences.
 
@@ -39,17 +48,15 @@ from ..vgg import VGG16_LAYERS
 __all__ = [
     "CRNN",
     "CRNNConfig",
-    "LEGACY_FRENCH_VOCAB",
+    "FRENCH_VOCAB",
     "WordRecognitionWorkload",
     "ctc_greedy_decode",
     "tokens_to_words",
     "vgg16_bn_r",
 ]
 
-# docTR VOCABS["legacy_french"]: latin + "°" + accented letters + currency symbols.
-LEGACY_FRENCH_VOCAB = (
-    string.digits + string.ascii_letters + string.punctuation + "°" + "àâéèêëîïôùûçÀÂÉÈËÎÏÔÙÛÇ" + "£€¥¢฿"
-)
+# docTR >= 1.0 (datasets/vocabs.py): VOCABS["french"] = english ("latin" + "°" + currencies) + accents
+FRENCH_VOCAB = string.digits + string.ascii_letters + string.punctuation + "°" + "£€¥¢฿" + "àâéèêëîïôùûüçÀÂÉÈÊËÎÏÔÙÛÜÇ"
 # Last max-pools made (2, 1): height still halves, the 32 horizontal steps survive.
 NUM_RECT_POOLS = 3
 
@@ -58,7 +65,7 @@ NUM_RECT_POOLS = 3
 class CRNNConfig:
     """docTR ``crnn_vgg16_bn`` defaults."""
 
-    vocab: str = LEGACY_FRENCH_VOCAB
+    vocab: str = FRENCH_VOCAB
     rnn_units: int = 128
     vgg_width_mult: float = 1.0  # scales the VGG-16-BN channels (64 .. 512)
     input_size: tuple[int, int] = (32, 128)  # (height, width) of a word crop
@@ -66,6 +73,7 @@ class CRNNConfig:
     # docTR's crop normalisation (crnn_vgg16_bn default_cfgs)
     mean: tuple[float, float, float] = (0.694, 0.695, 0.693)
     std: tuple[float, float, float] = (0.299, 0.296, 0.301)
+    normalize: bool = True  # False: the crops go to the network as given (TorchBench's bare-model call)
 
 
 def vgg16_bn_r(width_mult: float = 1.0) -> nn.Sequential:
@@ -138,7 +146,9 @@ class CRNN(nn.Module):
 
     def logits(self, crops: Tensor) -> Tensor:
         """Per-step class logits ``(B, T, V + 1)`` with ``T = W / 4``."""
-        features = self.features((crops - self.pixel_mean) / self.pixel_std)  # (B, 512, h, T)
+        if self.cfg.normalize:
+            crops = (crops - self.pixel_mean) / self.pixel_std
+        features = self.features(crops)  # (B, 512, h, T)
         batch, channels, height, steps = features.shape
         sequence = features.reshape(batch, channels * height, steps).transpose(1, 2)  # (B, T, 512 h)
         return self.linear(self.decoder(sequence)[0])
@@ -184,7 +194,10 @@ def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
         raise ValueError(
             f"invalid max_label_length {cfg.max_label_length}; accepted: 1..{width // 8} for width {width}"
         )
-    crops = ctx.rand(ctx.batch_size, 3, height, width) * 255.0
+    if cfg.normalize:
+        crops = ctx.rand(ctx.batch_size, 3, height, width) * 255.0
+    else:  # TorchBench: randn crops straight into the model
+        crops = ctx.randn(ctx.batch_size, 3, height, width)
     # Labels (B, S) padded with the blank; CTC reads only the first `lengths` of each row.
     lengths = ctx.randint(1, cfg.max_label_length + 1, (ctx.batch_size,))
     labels = ctx.randint(0, len(cfg.vocab), (ctx.batch_size, cfg.max_label_length))
@@ -198,12 +211,20 @@ def _create_crnn(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="vision",
-    task="text_recognition",
-    source="Shi et al., CRNN, 2015; docTR crnn_vgg16_bn (mindee/doctr)",
-    batch_size=(64, 1),  # eval: TorchBench doctr_reco_predictor DEFAULT_EVAL_BSIZE
-    param_count=15_807_676,
-)
+    domain="vision", task="text_recognition", batch_size=1, modes=("eval",), param_count=15_808_447,
+    source="Shi et al., CRNN, 2015; docTR crnn_vgg16_bn (mindee/doctr) as TorchBench's doctr_reco_predictor",
+    notes="TorchBench's step: the bare docTR recognition model on randn(1, 3, 32, 128), CTC-decoded; eval only",
+)  # fmt: skip
 def doctr_reco_predictor(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """docTR's CRNN VGG-16-BN on unnormalised randn 32x128 crops, as TorchBench (smoke: a quarter of the width)."""
+    return _create_crnn(ctx, **{"normalize": False, **kwargs})
+
+
+@register_model(
+    domain="vision", task="text_recognition", batch_size=(64, 1), param_count=15_808_447,
+    source="Shi et al., CRNN, 2015; docTR crnn_vgg16_bn (mindee/doctr)",
+    notes="docTR's recognition reference: 0-255 crops normalised in the model; CTC loss and Adam at batch 64",
+)  # fmt: skip
+def crnn_vgg16_bn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """docTR's CRNN VGG-16-BN word recogniser on 32x128 crops (smoke: same crops, a quarter of the VGG width)."""
     return _create_crnn(ctx, **kwargs)

@@ -8,6 +8,15 @@ pyramid whose four levels are each reduced to 64 channels, upsampled to stride 4
 concatenated; a probability head and a threshold head (3x3 conv, two stride-2 transposed
 convs) return full-resolution maps.
 
+Two registrations. ``doctr_det_predictor`` is TorchBench's benchmark: eval only (its ``train()``
+raises NotImplementedError; CPU is ``not_implemented`` in its metadata), batch 1, the bare
+detection model (``predictor.det_predictor.model``) called on ``randn(B, 3, 1024, 1024)`` with
+``return_model_output=True``, which also post-processes the probability map: docTR's
+pre-processor is not part of the call, so the pages are not normalised here either.
+``db_resnet50`` is the same network as docTR's training reference runs it: 0-255 pages normalised
+by docTR's mean and std inside the model, training at batch 2, evaluation at batch 1. 25,412,162
+parameters, as docTR's ``db_resnet50`` (torchvision ResNet-50 to layer4, FPN, two heads).
+
 Training loss (docTR <= 0.5, after the paper): ``5 * balanced BCE`` on the probability map
 (all positives, the hardest negatives up to 3x as many) ``+ dice`` on the approximate binary
 map ``1 / (1 + exp(-50 (P - T)))`` ``+ 10 * masked L1`` on the threshold map. Targets come from
@@ -82,6 +91,7 @@ class DBNetConfig:
     # docTR's page normalisation (db_resnet50 default_cfgs)
     mean: tuple[float, float, float] = (0.798, 0.785, 0.772)
     std: tuple[float, float, float] = (0.264, 0.2749, 0.287)
+    normalize: bool = True  # False: the pages go to the network as given (TorchBench's bare-model call)
 
 
 class FeatureFusion(nn.Module):
@@ -311,7 +321,9 @@ class DBNet(nn.Module):
 
     def _features(self, images: Tensor) -> Tensor:
         net = self.backbone
-        x = net.maxpool(net.act1(net.bn1(net.conv1((images - self.pixel_mean) / self.pixel_std))))
+        if self.cfg.normalize:
+            images = (images - self.pixel_mean) / self.pixel_std
+        x = net.maxpool(net.act1(net.bn1(net.conv1(images))))
         features = []
         for layer in (net.layer1, net.layer2, net.layer3, net.layer4):  # strides 4, 8, 16, 32
             x = layer(x)
@@ -372,7 +384,10 @@ def _create_dbnet(
     side = image_size or ctx.pick(1024, 64)
     if side < 32 or side % 32:
         raise ValueError(f"invalid DBNet image_size {side}; accepted: a positive multiple of 32 (docTR uses 1024)")
-    pages = ctx.rand(ctx.batch_size, 3, side, side) * 255.0
+    if cfg.normalize:
+        pages = ctx.rand(ctx.batch_size, 3, side, side) * 255.0
+    else:  # TorchBench: randn pages straight into the model
+        pages = ctx.randn(ctx.batch_size, 3, side, side)
     heights = ctx.pick((10.0, 40.0), (6.0, 12.0))  # word heights on a 1024 px page
     boxes = synthetic_text_boxes(ctx, (side, side), max_boxes or ctx.pick(40, 3), *heights)
     targets = db_targets(boxes, side, side, cfg.shrink_ratio, cfg.thresh_min, cfg.thresh_max) if ctx.train else None
@@ -382,12 +397,20 @@ def _create_dbnet(
 
 
 @register_model(
-    domain="vision",
-    task="text_detection",
-    source="Liao et al., DBNet, 2019; docTR db_resnet50 (mindee/doctr)",
-    batch_size=(2, 1),
-    param_count=25_412_162,
-)
+    domain="vision", task="text_detection", batch_size=1, modes=("eval",), param_count=25_412_162,
+    source="Liao et al., DBNet, 2019; docTR db_resnet50 (mindee/doctr) as TorchBench's doctr_det_predictor",
+    notes="TorchBench's step: the bare docTR detection model on randn(1, 3, 1024, 1024), post-processed; eval only",
+)  # fmt: skip
 def doctr_det_predictor(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """docTR's DBNet ResNet-50 on unnormalised randn 1024x1024 pages, as TorchBench (smoke: 64x64, narrow)."""
+    return _create_dbnet(ctx, **{"normalize": False, **kwargs})
+
+
+@register_model(
+    domain="vision", task="text_detection", batch_size=(2, 1), param_count=25_412_162,
+    source="Liao et al., DBNet, 2019; docTR db_resnet50 (mindee/doctr)",
+    notes="docTR's detection reference: 0-255 pages normalised in the model; DB loss and Adam at batch 2",
+)  # fmt: skip
+def db_resnet50(ctx: BuildContext, **kwargs: Any) -> Workload:
     """docTR's DBNet ResNet-50 text detector on 1024x1024 pages (smoke: 64x64, a quarter of the width)."""
     return _create_dbnet(ctx, **kwargs)

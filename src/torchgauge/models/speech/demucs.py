@@ -262,14 +262,14 @@ FULL_TRAIN_GIB, FULL_EVAL_GIB = 40, 3
 
 
 def _create_torchbench_demucs(ctx: BuildContext, **kwargs) -> Workload:
-    # Smoke: the same layers at toy width and depth (265M parameters would not fit a 2 s CPU budget).
-    model = Demucs(resample=False, **(ctx.pick({}, dict(channels=4, depth=4)) | kwargs))
     group = ctx.pick(REMIX_GROUP_SIZE, ctx.batch_size)  # smoke batches of 2 form one group
     if ctx.train and ctx.batch_size % group:
         raise ValueError(
             f"demucs trains on groups of {group} clips (Remix shuffles sources within a group): "
             f"the batch size must be a multiple of {group}, got {ctx.batch_size}"
         )
+    # Smoke: the same layers at toy width and depth (265M parameters would not fit a 2 s CPU budget).
+    model = Demucs(resample=False, **(ctx.pick({}, dict(channels=4, depth=4)) | kwargs))
     shift = ctx.pick(SHIFT_SAMPLES, SMOKE_SHIFT_SAMPLES)
     augment = nn.Sequential(FlipSign(), FlipChannels(), TimeShift(shift), Remix(group))
     streams = ctx.rand(

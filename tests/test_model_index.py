@@ -81,6 +81,7 @@ def test_an_indexed_spec_is_the_registered_one_without_its_builder() -> None:
         train_batch_size=16,
         eval_batch_size=16,
         cpu_batch_size=(16, 2),
+        samples_per_step=(None, 1),
         modes=("eval",),
         tags=frozenset({"a"}),
         preload=("x",),
@@ -89,5 +90,5 @@ def test_an_indexed_spec_is_the_registered_one_without_its_builder() -> None:
     )
     assert spec_from_entry(json.loads(json.dumps(spec_entry(spec)))) == spec
     assert spec_from_entry(spec_entry(spec)).batch_size("eval", "cpu") == 2  # the CPU default before any import
-    old_entry = {k: v for k, v in spec_entry(spec).items() if k != "cpu_batch_size"}  # an index written before it
-    assert spec_from_entry(old_entry) == dataclasses.replace(spec, cpu_batch_size=None)
+    old_entry = {k: v for k, v in spec_entry(spec).items() if k not in ("cpu_batch_size", "samples_per_step")}
+    assert spec_from_entry(old_entry) == dataclasses.replace(spec, cpu_batch_size=None, samples_per_step=None)

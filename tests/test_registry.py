@@ -152,3 +152,24 @@ def test_spec_as_dict_is_json_ready() -> None:
 
     doc = get_spec("planted_ok").as_dict()
     assert json.loads(json.dumps(doc))["domain"] == "other"
+
+
+def test_samples_per_step_is_what_throughput_counts() -> None:
+    # a model whose eval step processes one sample whatever its batch (TorchBench's sam declares 32)
+    from torchgauge.registry import entries
+
+    @register_model(domain="other", task="t", source="s", batch_size=(8, 32), samples_per_step=(None, 1))
+    def _fixed_eval_samples(ctx):
+        raise AssertionError("never built")
+
+    spec = entries.specs.pop("_fixed_eval_samples")  # read it, and leave no unbuildable model registered
+    entries.names_by_module[spec.module].discard(spec.name)
+    assert spec.samples_per_step == (None, 1) and spec.as_dict()["samples_per_step"] == [None, 1]
+    assert (spec.step_samples("eval", 32), spec.step_samples("eval", 4)) == (1, 1)
+    assert spec.step_samples("train", 8) == 8  # None: the batch
+    assert get_spec("planted_ok").samples_per_step is None and get_spec("planted_ok").step_samples("eval", 3) == 3
+    # TorchBench's nominal batches with what their steps process
+    assert get_spec("sam").step_samples("eval", get_spec("sam").batch_size("eval")) == 1
+    assert get_spec("drq").batch_size("train") == 1 and get_spec("drq").step_samples("train", 1) == 128
+    assert get_spec("functorch_maml_omniglot").step_samples("train", 1) == 5
+    assert get_spec("mobilenet_v2_quantized_qat").step_samples("eval", 96) == 1

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchgauge
 from torchgauge.models.other.graph.basic_gnn import GATConv, GCNConv, aggregate, edge_softmax, gcn_edge_weights
-from torchgauge.models.other.meta_learning.maml import MAMLConfig, MAMLWorkload, OmniglotNet
+from torchgauge.models.other.meta_learning.maml import FUNCTORCH_META_BATCH_TASKS, MAMLConfig, MAMLWorkload, OmniglotNet
 from torchgauge.models.other.privacy.differential_privacy import per_sample_gradients, privatize_gradients
 from torchgauge.models.other.scientific.lennard_jones import (
     PairPotential,
@@ -449,6 +449,25 @@ def test_functorch_maml_meta_gradient_with_batch_norm() -> None:
     (_, grads_loop), (_, grads_vmap) = (_maml_meta_grads(net, v) for v in (False, True))
     for g_vmap, g_loop in zip(grads_vmap, grads_loop):
         torch.testing.assert_close(g_vmap, g_loop)
+
+
+def test_functorch_maml_omniglot_is_torchbench_step() -> None:
+    # TorchBench: batch 1 declared, 5 tasks adapted per step, a fresh Adam per step; eval = one forward
+    train = torchgauge.create("functorch_maml_omniglot", mode="train", size="smoke")
+    assert train.batch_size == 1 and train.inputs[0].shape[0] == FUNCTORCH_META_BATCH_TASKS
+    optimizers = [train.optimizer]
+    for _ in range(2):
+        train.step()
+        optimizers.append(train.optimizer)
+        assert all(s["step"].item() == 1 for s in train.optimizer.state.values())  # always Adam's first step
+    assert len({id(o) for o in optimizers}) == 3  # a new Adam every step
+    outputs = train.forward()
+    per_task = [F.cross_entropy(outputs[t], train.targets[t]) for t in range(outputs.shape[0])]
+    torch.testing.assert_close(train.compute_loss(outputs), torch.stack(per_task).sum())  # summed over tasks
+    ev = torchgauge.create("functorch_maml_omniglot", mode="eval", size="smoke")
+    (support,) = ev.inputs  # the first task's support images
+    assert support.shape == (5, 1, 22, 22)  # 5 ways x 1 shot at smoke (TorchBench: 25 at 28 px)
+    torch.testing.assert_close(ev.step(), ev.module(support))
 
 
 # -- MoCo ---------------------------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 import torchgauge
-from torchgauge.models.speech.demucs import Demucs, SincResample, center_trim
+from torchgauge.models.speech.demucs import Demucs, FlipChannels, FlipSign, Remix, SincResample, TimeShift, center_trim
 from torchgauge.models.speech.rnnt import stack_time, transducer_loss
 from torchgauge.models.speech.speaker_encoder import AngleProtoLoss
 from torchgauge.models.speech.speech_transformer import stack_low_frame_rate
+from torchgauge.registry import get_builder
+from torchgauge.workload import BuildContext
 
 
 def _brute_force_transducer_nll(log_probs: torch.Tensor, labels: list[int], blank: int) -> torch.Tensor:
@@ -110,6 +112,43 @@ def test_center_trim_and_demucs_output_length() -> None:
     assert length >= 500
     out = model(torch.randn(1, 2, length))
     assert out.shape[:3] == (1, 4, 2) and out.shape[-1] < length
+
+
+def test_demucs_augmentation_keeps_the_stems_values() -> None:
+    torch.manual_seed(0)
+    wav = torch.randn(8, 4, 2, 50)  # (clips, sources, channels, time)
+    flipped = FlipSign().train()(wav)
+    assert torch.equal(flipped.abs(), wav.abs())
+    assert torch.equal((flipped / wav)[..., :1, :1].expand_as(wav), flipped / wav)  # one sign per source
+    swapped = FlipChannels().train()(wav)
+    assert all(
+        torch.equal(swapped[b, s], wav[b, s]) or torch.equal(swapped[b, s], wav[b, s].flip(0))
+        for b in range(8)
+        for s in range(4)
+    )
+    shifted = TimeShift(10).train()(wav)
+    assert shifted.shape == (8, 4, 2, 40)
+    assert any(torch.equal(shifted[0, 0], wav[0, 0, :, k : k + 40]) for k in range(10))
+    assert torch.equal(TimeShift(10).eval()(wav), wav[..., :40])  # eval: the crop only
+    remixed = Remix(4).train()(wav)  # each source permuted among the 4 clips of its group
+    for group in (slice(0, 4), slice(4, 8)):
+        for s in range(4):
+            before = sorted(wav[group, s].sum((1, 2)).tolist())
+            assert sorted(remixed[group, s].sum((1, 2)).tolist()) == pytest.approx(before)
+    for module in (FlipSign(), FlipChannels(), Remix(4)):
+        assert torch.equal(module.eval()(wav), wav)
+
+
+def test_demucs_is_torchbench_workload() -> None:
+    w = torchgauge.create("demucs", mode="eval", size="smoke", batch_size=2)
+    (streams,) = w.inputs
+    assert streams.shape[:3] == (2, 5, 2) and 0 <= streams.min() and streams.max() < 1  # rand(B, 5, 2, T)
+    sources, estimates = w.step()
+    assert torch.equal(sources, streams[:, 1:, :, : streams.shape[-1] - w.module.augment[2].shift])
+    assert w.module.model.upsample is None  # TorchBench's Demucs does not resample
+    ctx = BuildContext("demucs", "train", torch.device("cpu"), 6, "full", batch_size_given=True)
+    with pytest.raises(ValueError, match="multiple of 4"):  # refused before anything is built
+        get_builder("demucs")(ctx)
 
 
 def test_tts_angular_batches_clips_and_trains_finite() -> None:

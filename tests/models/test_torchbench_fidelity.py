@@ -68,6 +68,8 @@ def measure_ours(name: str, build: str, modes: tuple[str, ...] = ("train", "eval
         "cpu_batch": [spec.batch_size("train", "cpu"), spec.batch_size("eval", "cpu")],
         "modes": list(spec.modes),
     }
+    if spec.samples_per_step is not None:  # a step processes a fixed count whatever the batch
+        ours["samples_per_step"] = list(spec.samples_per_step)
     hf_spec = spec.extra.get("hf_spec")
     if hf_spec is not None:
         ours["seq_len"] = list(hf_spec.seq_len)
@@ -193,6 +195,11 @@ def render_markdown(table: dict[str, Any]) -> str:
         )
         if ours.get("params") is not None:
             ours_line += f"; parameters {ours['params']:,}"
+        if ours.get("samples_per_step"):
+            per_step = ", ".join(
+                f"{mode} {n}" for mode, n in zip(("train", "eval"), ours["samples_per_step"]) if n is not None
+            )
+            ours_line += f"; samples a step processes, whatever the batch (throughput counts these): {per_step}"
         out.append(ours_line)
         for mode in ("train", "eval"):
             if f"{mode}_inputs" in ours:

@@ -11,10 +11,11 @@ from torch import nn
 import torchgauge
 from torchgauge.models.common.conv_blocks import make_divisible
 from torchgauge.models.vision.nfnet import NFNet, NFNetConfig, ScaledStdConv2d, _same_padding
-from torchgauge.models.vision.quantized import resnet50_quantized_qat
+from torchgauge.models.vision.quantized import resnet50_quantized_qat, resnet50_quantized_qat_eager
 from torchgauge.models.vision.regnet import RegNetConfig, regnet_stages
 from torchgauge.models.vision.resnest import SplitAttention
 from torchgauge.models.vision.shufflenet import channel_shuffle
+from torchgauge.registry import get_spec
 from torchgauge.workload import BuildContext, UnsupportedError
 
 
@@ -123,8 +124,8 @@ def test_architecture_overrides_reach_the_model() -> None:
     assert torch.isfinite(train.step())
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2_quantized_qat", "resnet50_quantized_qat"])
-def test_qat_eval_runs_an_int8_model(name: str) -> None:
+@pytest.mark.parametrize("name", ["mobilenet_v2_quantized_qat_eager", "resnet50_quantized_qat_eager"])
+def test_eager_qat_eval_runs_an_int8_model_on_the_whole_batch(name: str) -> None:
     from torch.ao.nn import intrinsic, quantized
 
     w = torchgauge.create(name, mode="eval", size="smoke")
@@ -138,19 +139,39 @@ def test_qat_eval_runs_an_int8_model(name: str) -> None:
     assert out.dtype == torch.float32 and out.shape == (2, 1000)
 
 
+@pytest.mark.parametrize("name", ["mobilenet_v2_quantized_qat", "resnet50_quantized_qat"])
+def test_fx_qat_eval_classifies_the_first_image_in_int8(name: str) -> None:
+    # TorchBench's eval: convert_fx's int8 model on example_inputs[0][0].unsqueeze(0)
+    from torch.ao.nn import quantized
+    from torch.fx import GraphModule
+
+    w = torchgauge.create(name, mode="eval", size="smoke")
+    int8 = w.module.int8
+    assert isinstance(int8, GraphModule) and any(isinstance(m, quantized.Linear) for m in int8.modules())
+    assert not any(isinstance(m, (nn.Conv2d, nn.BatchNorm2d)) for m in int8.modules())  # nothing left in float
+    out = w.step()
+    assert w.batch_size == 2 and out.shape == (1, 1000)
+    assert torch.equal(out, int8(w.inputs[0][:1]))
+    assert get_spec(name).step_samples("eval", 96) == 1 and get_spec(name).step_samples("train", 96) == 96
+
+
 def test_qat_train_uses_fake_quantised_modules() -> None:
     from torch.ao.nn.intrinsic import qat
     from torch.ao.quantization import FakeQuantize
+    from torch.fx import GraphModule
 
-    w = torchgauge.create("resnet50_quantized_qat", mode="train", size="smoke")
-    modules = list(w.module.modules())
-    assert any(isinstance(m, qat.ConvBnReLU2d) for m in modules)
-    assert any(isinstance(m, FakeQuantize) for m in modules)
-    assert math.isfinite(float(w.step()))
+    for name in ("resnet50_quantized_qat", "resnet50_quantized_qat_eager"):
+        w = torchgauge.create(name, mode="train", size="smoke")
+        modules = list(w.module.modules())
+        assert any(isinstance(m, qat.ConvBnReLU2d) for m in modules)
+        assert any(isinstance(m, FakeQuantize) for m in modules)
+        assert isinstance(w.module, GraphModule) == (name == "resnet50_quantized_qat")  # FX mode for TorchBench's
+        assert math.isfinite(float(w.step()))
 
 
-def test_qat_eval_is_cpu_only() -> None:
+@pytest.mark.parametrize("builder", [resnet50_quantized_qat, resnet50_quantized_qat_eager])
+def test_qat_eval_is_cpu_only(builder) -> None:
     cuda = torch.device("cuda")  # never touched: the builder refuses before building anything
-    ctx = BuildContext(name="resnet50_quantized_qat", mode="eval", device=cuda, batch_size=1, size="smoke")
+    ctx = BuildContext(name=builder.__name__, mode="eval", device=cuda, batch_size=1, size="smoke")
     with pytest.raises(UnsupportedError, match="CPU only"):
-        resnet50_quantized_qat(ctx)
+        builder(ctx)

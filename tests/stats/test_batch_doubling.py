@@ -24,6 +24,15 @@ def test_throughput_is_samples_per_second() -> None:
     assert throughput(64, 32.0) == 2000.0
 
 
+def test_point_throughput_counts_the_samples_a_step_processed() -> None:
+    # batch 32 declared, one sample processed per 10 ms step: 100 samples/s, not 3200
+    point = BatchPoint(32, "ok", 10.0, ci_low_ms=8.0, ci_high_ms=12.5, samples_per_step=1)
+    assert point.samples == 1 and point.throughput == 100.0
+    assert point.throughput_interval == (80.0, 125.0)
+    assert BatchPoint.from_dict(point.as_dict()) == point
+    assert BatchPoint(32, "ok", 10.0).throughput == 3200.0  # default: the batch
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_throughput_rejects_non_positive_times(bad) -> None:
     with pytest.raises(ValueError, match="positive finite"):

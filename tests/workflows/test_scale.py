@@ -37,6 +37,14 @@ def test_point_costs_derive_throughput() -> None:
     assert point_costs(RunRecord(RunConfig(model="m"), "error")) == {}
 
 
+def test_point_costs_throughput_counts_the_samples_a_step_processed() -> None:
+    # sam declares TorchBench's eval batch of 32 but a step segments one image: 1 / 0.5 s
+    record = RunRecord(RunConfig(model="sam", mode="eval"), "ok", batch_size=32, metrics={"time_ms": {"median": 500.0}})
+    assert point_costs(record)["throughput"] == 2.0
+    drq = RunRecord(RunConfig(model="drq", mode="train"), "ok", batch_size=1, metrics={"time_ms": {"median": 4.0}})
+    assert point_costs(drq)["throughput"] == 32_000.0  # its update samples 128 transitions
+
+
 def test_fit_curves_fits_each_slice_of_a_grid() -> None:
     # time = 0.01 * dim^2 * batch + 1 : against dim, exponent 2 at every batch size; against batch, exponent 1.
     axes = [Axis("dim", (8, 16, 32, 64)), Axis("batch", (1, 2, 4))]

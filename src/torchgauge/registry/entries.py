@@ -42,6 +42,7 @@ def register_model(
     source: str,
     batch_size: int | tuple[int, int],
     cpu_batch_size: int | tuple[int, int] | None = None,
+    samples_per_step: tuple[int | None, int | None] | None = None,
     modes: Iterable[str] = MODES,
     devices: Iterable[str] = ("cpu", "cuda"),
     tags: Iterable[str] = (),
@@ -59,6 +60,8 @@ def register_model(
         source: the paper or implementation the architecture follows.
         batch_size: one int for both modes, or ``(train, eval)``.
         cpu_batch_size: the defaults on CPU where they differ, same form; None: as ``batch_size``.
+        samples_per_step: ``(train, eval)`` samples one step processes where that is fixed whatever
+            the batch size (None in a mode: the batch); throughput counts these (``ModelSpec.step_samples``).
         modes: subset of ``("train", "eval")``.
         devices: device types supported (``"cpu"``, ``"cuda"``, ...).
         tags: labels as data (``"mlperf"``, ``"hf"``, ...).
@@ -92,6 +95,7 @@ def register_model(
             train_batch_size=int(train_bs),
             eval_batch_size=int(eval_bs),
             cpu_batch_size=None if cpu_bs is None else (int(cpu_bs[0]), int(cpu_bs[1])),
+            samples_per_step=None if samples_per_step is None else tuple(samples_per_step),
             modes=modes,
             devices=tuple(devices),
             tags=frozenset(tags),

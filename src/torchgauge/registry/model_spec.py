@@ -48,6 +48,11 @@ class ModelSpec:
     # (train, eval) defaults on CPU where they differ (TorchBench divides several eval batches
     # on CPU, e.g. BERT_pytorch 16 -> 2); None: the same as on any other device.
     cpu_batch_size: tuple[int, int] | None = None
+    # (train, eval) samples one step processes where that is fixed whatever the batch size, so
+    # throughput counts what is processed: TorchBench's sam declares an eval batch of 32 but
+    # segments one image (None, 1); drq declares batch 1 and its update samples 128. None in a
+    # mode (or no tuple): the step processes its batch. Read through ``step_samples``.
+    samples_per_step: tuple[int | None, int | None] | None = None
     modes: tuple[str, ...] = MODES  # modes the model supports
     devices: tuple[str, ...] = ("cpu", "cuda")  # device types the model supports
     tags: frozenset[str] = frozenset()  # free-form labels, e.g. "mlperf", "hf", "generation"
@@ -66,6 +71,15 @@ class ModelSpec:
             return self.cpu_batch_size[0] if mode == "train" else self.cpu_batch_size[1]
         return self.train_batch_size if mode == "train" else self.eval_batch_size
 
+    def step_samples(self, mode: str, batch_size: int) -> int:
+        """Samples one step of ``mode`` processes when run at ``batch_size``: ``samples_per_step``'s
+        fixed count for the mode where it declares one, else ``batch_size`` (throughput's numerator).
+
+        Example: ``sam`` declares ``samples_per_step=(None, 1)``, so ``step_samples("eval", 32) == 1``.
+        """
+        fixed = None if self.samples_per_step is None else self.samples_per_step[0 if mode == "train" else 1]
+        return batch_size if fixed is None else fixed
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready metadata (no builder)."""
         return {
@@ -76,6 +90,7 @@ class ModelSpec:
             "train_batch_size": self.train_batch_size,
             "eval_batch_size": self.eval_batch_size,
             "cpu_batch_size": list(self.cpu_batch_size) if self.cpu_batch_size else None,
+            "samples_per_step": list(self.samples_per_step) if self.samples_per_step else None,
             "modes": list(self.modes),
             "devices": list(self.devices),
             "tags": sorted(self.tags),

@@ -42,7 +42,8 @@ STOP_REASONS = ("oom", "max_batch", "budget", "failed")
 
 
 def throughput(batch_size: int, median_ms: float) -> float:
-    """Samples per second of one step of ``batch_size`` samples taking ``median_ms``.
+    """Samples per second of one step of ``batch_size`` samples taking ``median_ms``
+    (pass the samples the step processed where that is not its batch size).
 
     Example:
         >>> throughput(32, 16.0)
@@ -67,6 +68,14 @@ class BatchPoint:
     error: str | None = None  # last line of the error of a failed size
     ci_low_ms: float | None = None  # confidence interval of the median step time
     ci_high_ms: float | None = None
+    # Samples the step processed where that is not the batch size (a model whose step processes
+    # a fixed count, e.g. sam's one image at any batch); None: batch_size. Throughput counts these.
+    samples_per_step: int | None = None
+
+    @property
+    def samples(self) -> int:
+        """Samples one step processed: ``samples_per_step`` where given, else ``batch_size``."""
+        return self.batch_size if self.samples_per_step is None else self.samples_per_step
 
     @property
     def ok(self) -> bool:
@@ -75,7 +84,7 @@ class BatchPoint:
     @property
     def throughput(self) -> float | None:
         """Samples/s, or None for a failed size."""
-        return throughput(self.batch_size, self.median_ms) if self.ok else None
+        return throughput(self.samples, self.median_ms) if self.ok else None
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "throughput": self.throughput}
@@ -94,6 +103,7 @@ class BatchPoint:
                     "error",
                     "ci_low_ms",
                     "ci_high_ms",
+                    "samples_per_step",
                 )
             }
         )
@@ -103,7 +113,7 @@ class BatchPoint:
         """Samples/s at the ends of the median's confidence interval, or None without one."""
         if not self.ok or not self.ci_low_ms or not self.ci_high_ms or self.ci_low_ms <= 0:
             return None
-        return throughput(self.batch_size, self.ci_high_ms), throughput(self.batch_size, self.ci_low_ms)
+        return throughput(self.samples, self.ci_high_ms), throughput(self.samples, self.ci_low_ms)
 
 
 @dataclass(frozen=True)

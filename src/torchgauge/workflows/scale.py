@@ -123,8 +123,19 @@ def point_costs(record: RunRecord) -> dict[str, float]:
             costs[swept.record_key] = value
     time_key = quantity("time").record_key
     if time_key in costs and record.batch_size:
-        costs["throughput"] = record.batch_size / (costs[time_key] / 1000.0)
+        costs["throughput"] = _step_samples(record) / (costs[time_key] / 1000.0)
     return costs
+
+
+def _step_samples(record: RunRecord) -> int:
+    """Samples the record's step processed: its batch, unless the model's step processes a fixed count."""
+    from ..registry import UnknownModelError, get_spec
+
+    try:
+        spec = get_spec(record.config.model)
+    except UnknownModelError:  # a record of a model no longer registered (or a --model-file not loaded)
+        return record.batch_size
+    return spec.step_samples(record.config.mode, record.batch_size)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _error_line(text: str | None) -> str | None:
     return lines[-1] if lines else None
 
 
-def _point(batch_size: int, record: RunRecord) -> BatchPoint:
+def _point(batch_size: int, record: RunRecord, samples: int) -> BatchPoint:
     t = record.metrics.get("time_ms") or {}
     ok = record.status == "ok" and t.get("median") is not None
     return BatchPoint(
@@ -189,6 +189,7 @@ def _point(batch_size: int, record: RunRecord) -> BatchPoint:
         error=_error_line(record.error) if record.status != "ok" else (None if ok else "no time measured"),
         ci_low_ms=t.get("ci_low") if ok else None,
         ci_high_ms=t.get("ci_high") if ok else None,
+        samples_per_step=None if samples == batch_size else samples,
     )
 
 
@@ -246,7 +247,8 @@ def search_batch_size(
         if budget_s is not None:
             left = max(budget_s - elapsed, MIN_RUN_TIMEOUT_S)
             opts = replace(runner_options, timeout_s=min(runner_options.timeout_s, left))
-        point = _point(batch, run_suite([eval_config.with_(batch_size=batch)], opts)[0])
+        record = run_suite([eval_config.with_(batch_size=batch)], opts)[0]
+        point = _point(batch, record, spec.step_samples("eval", batch))
         search.points.append(point)
         if on_point:
             on_point(point)
@@ -259,7 +261,8 @@ def search_batch_size(
     # them once more in a fresh process and keep the faster of the two measurements.
     for size_ in implausible_sizes(search.points):
         i = next(k for k, p in enumerate(search.points) if p.batch_size == size_)
-        again = _point(size_, run_suite([eval_config.with_(batch_size=size_)], runner_options)[0])
+        record = run_suite([eval_config.with_(batch_size=size_)], runner_options)[0]
+        again = _point(size_, record, spec.step_samples("eval", size_))
         if again.ok and again.median_ms < search.points[i].median_ms:
             search.points[i] = again
     search.choice = choose_batch_size(search.points, within)

@@ -170,7 +170,9 @@ def _create_drq(ctx: BuildContext, **kwargs) -> Workload:
 
 
 @register_model(
-    domain="rl", task="continuous_control", batch_size=(128, 1), param_count=11_460_553,
+    # TorchBench's DEFAULT_TRAIN/EVAL_BSIZE are 1, while its agent update samples config.batch_size
+    # = 128 transitions (models/drq/config.py:30): throughput counts those 128 per training step.
+    domain="rl", task="continuous_control", batch_size=(1, 1), samples_per_step=(128, None), param_count=11_460_553,
     source="Kostrikov et al., Image Augmentation Is All You Need, 2020; denisyarats/drq (MIT) as in TorchBench",
     notes="Parameters include the critic target and the log-temperature; shared convolutions count once. "
     "Eval batch = envs acting.",

@@ -13,7 +13,8 @@ foreground point at (500, 375) and ``multimask_output=True`` decodes three low-r
 upsamples them to the original size and thresholds them. :class:`SegmentAnythingWorkload`
 does the same steps on a seeded synthetic photo (the resize with ``F.interpolate`` on the device,
 where the predictor uses PIL on the host). TorchBench declares an eval batch of 32 but its step
-handles one image; we declare the batch that runs, 1. No training (TorchBench has none).
+handles one image whatever the batch; we declare its 32 too, and ``samples_per_step`` says a
+step processes one image, which throughput counts. No training (TorchBench has none).
 
 ``sam_fast`` is TorchBench's segment-anything-fast variant of the same network: bfloat16 weights
 and its CUDA kernels, so it runs on CUDA only (TorchBench marks CPU not implemented).
@@ -92,12 +93,15 @@ def _create_sam(ctx: BuildContext, dtype: torch.dtype = torch.float32, **overrid
 
 
 _SOURCE = "Kirillov et al., Segment Anything, 2023; Hugging Face transformers SamModel (Apache-2.0)"
+# TorchBench's DEFAULT_EVAL_BSIZE for sam and sam_fast: declared, while a step segments one image.
+SAM_DECLARED_BATCH = 32
 
 
 @register_model(
-    domain="vision", task="segmentation", source=_SOURCE, batch_size=1, modes=("eval",),
-    preload=HF_PRELOAD, tags=("hf",), param_count=641_090_864,
-    notes="one 1800x1200 image and one point per step, as TorchBench's SamPredictor; no training",
+    domain="vision", task="segmentation", source=_SOURCE, batch_size=SAM_DECLARED_BATCH, modes=("eval",),
+    samples_per_step=(None, 1), preload=HF_PRELOAD, tags=("hf",), param_count=641_090_864,
+    notes="one 1800x1200 image and one point per step whatever the batch (TorchBench declares 32), "
+    "as TorchBench's SamPredictor; no training",
 )  # fmt: skip
 def sam(ctx: BuildContext, **kwargs: Any) -> Workload:
     """SAM ViT-H: encode a 1024-px image, decode three masks for one point, upsample, threshold."""
@@ -106,8 +110,8 @@ def sam(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 @register_model(
     domain="vision", task="segmentation", source=_SOURCE + "; segment-anything-fast (bfloat16)",
-    batch_size=1, modes=("eval",), devices=("cuda",), preload=HF_PRELOAD, tags=("hf",),
-    param_count=641_090_864,
+    batch_size=SAM_DECLARED_BATCH, samples_per_step=(None, 1), modes=("eval",), devices=("cuda",),
+    preload=HF_PRELOAD, tags=("hf",), param_count=641_090_864,
     notes="segment-anything-fast: bfloat16 and CUDA kernels; CUDA only (TorchBench: CPU not implemented)",
 )  # fmt: skip
 def sam_fast(ctx: BuildContext, **kwargs: Any) -> Workload:

@@ -14,8 +14,12 @@ so it runs with grad enabled. Batch size = tasks per meta-batch.
   blocks of 64 filters and a linear classifier, five inner steps of lr 0.1, Adam(1e-3).
   The tasks run in a Python loop; each adaptation step is ``torch.autograd.grad`` with
   ``create_graph=True``.
-* ``functorch_maml_omniglot``: the functorch port of the same example: ``torch.func.grad``
-  for the inner steps and ``vmap`` over the tasks.
+* ``functorch_maml_omniglot``: TorchBench's functorch port of the same example
+  (``torchbenchmark/models/functorch_maml_omniglot/__init__.py``): ``torch.func.grad`` for the
+  inner steps and ``vmap`` over a meta-batch of 5 tasks fixed inside the model (TorchBench
+  declares batch 1 and does not let it change; ``samples_per_step`` says a step processes 5
+  tasks), the summed query losses back-propagated into an Adam(1e-3) made afresh every step.
+  Its eval is one forward of the network (eval mode) on the first task's 25 support images.
 
 ``functional_call`` only substitutes the adapted parameters into the module in all three.
 BatchNorm keeps no running statistics (as in the functorch example), so it always
@@ -38,7 +42,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
-__all__ = ["OmniglotNet", "SineNet", "adapt"]
+__all__ = ["FunctorchMAMLWorkload", "OmniglotNet", "SineNet", "adapt"]
 
 Params = dict[str, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -161,11 +165,39 @@ class MAMLWorkload(Workload):
         return self.task_loss(outputs.flatten(0, 1), self.targets.flatten(0, 1))
 
 
-def _few_shot_images(ctx: BuildContext, cfg: MAMLConfig, per_class: int) -> tuple[torch.Tensor, torch.Tensor]:
+class FunctorchMAMLWorkload(MAMLWorkload):
+    """TorchBench's functorch_maml_omniglot step.
+
+    Train: a fresh Adam over the meta-parameters (TorchBench builds one in every ``train()``),
+    the vmapped adaptation, the per-task query losses summed and back-propagated, one step.
+    Eval: the network alone on its input, the first task's support images (no adaptation).
+    """
+
+    eval_grad_mode = "inference"  # eval is a plain forward
+
+    def train_step(self) -> torch.Tensor:
+        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=self.cfg.meta_lr)
+        return super().train_step()
+
+    def forward(self) -> torch.Tensor:
+        return super().forward() if self.ctx.train else self.module(*self.inputs)
+
+    def compute_loss(self, outputs: torch.Tensor) -> torch.Tensor:
+        # sum over tasks of each task's mean query loss
+        return self.task_loss(outputs.flatten(0, 1), self.targets.flatten(0, 1)) * outputs.shape[0]
+
+
+def _few_shot_images(
+    ctx: BuildContext, cfg: MAMLConfig, per_class: int, tasks: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic N-way tasks: images ``(tasks, ways * per_class, 1, H, W)``, labels ``(tasks, ways * per_class)``."""
-    images = ctx.rand(ctx.batch_size, cfg.ways * per_class, 1, cfg.image_size, cfg.image_size)
-    labels = torch.arange(cfg.ways, device=ctx.device).repeat_interleave(per_class).expand(ctx.batch_size, -1)
+    images = ctx.rand(tasks, cfg.ways * per_class, 1, cfg.image_size, cfg.image_size)
+    labels = torch.arange(cfg.ways, device=ctx.device).repeat_interleave(per_class).expand(tasks, -1)
     return images, labels.contiguous()
+
+
+# TorchBench's functorch_maml_omniglot meta-batch: 5 tasks, whatever its (fixed) batch size of 1.
+FUNCTORCH_META_BATCH_TASKS = 5
 
 
 def _create_maml_omniglot(ctx: BuildContext, *, vectorized: bool, **kwargs) -> Workload:
@@ -181,12 +213,20 @@ def _create_maml_omniglot(ctx: BuildContext, *, vectorized: bool, **kwargs) -> W
         image_size=ctx.pick(28, 22),
     )
     cfg = replace(defaults, **kwargs)
-    x_spt, y_spt = _few_shot_images(ctx, cfg, cfg.shots)
-    x_qry, y_qry = _few_shot_images(ctx, cfg, cfg.queries)
+    # the functorch port's tasks are fixed; the loop's batch is its tasks
+    tasks = FUNCTORCH_META_BATCH_TASKS if vectorized else ctx.batch_size
+    x_spt, y_spt = _few_shot_images(ctx, cfg, cfg.shots, tasks)
+    x_qry, y_qry = _few_shot_images(ctx, cfg, cfg.queries, tasks)
     net = OmniglotNet(cfg.ways)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.meta_lr) if ctx.train else None
-    return MAMLWorkload(
-        ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.cross_entropy, vectorized=vectorized
+    if not vectorized:
+        return MAMLWorkload(
+            ctx, net, (x_spt, y_spt, x_qry), y_qry, optimizer=opt, cfg=cfg, task_loss=F.cross_entropy, vectorized=False
+        )
+    # TorchBench's eval input: the first task's support images, example_inputs = (x_spt[0],)
+    inputs, targets = ((x_spt, y_spt, x_qry), y_qry) if ctx.train else ((x_spt[0],), None)
+    return FunctorchMAMLWorkload(
+        ctx, net, inputs, targets, optimizer=opt, cfg=cfg, task_loss=F.cross_entropy, vectorized=True
     )
 
 
@@ -237,11 +277,14 @@ def maml_omniglot(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="other",
     task="meta_learning",
-    source=_OMNIGLOT_SOURCE + " (functorch port)",
-    batch_size=(5, 5),
+    source=_OMNIGLOT_SOURCE + " (functorch port, as TorchBench's functorch_maml_omniglot)",
+    batch_size=(1, 1),
+    samples_per_step=(FUNCTORCH_META_BATCH_TASKS, None),
     tags=("meta_learning", "functorch"),
     param_count=75_205,
+    notes="TorchBench's batch 1; a training step adapts to a fixed meta-batch of 5 tasks (samples_per_step 5); "
+    "eval is a forward on one task's 25 support images",
 )
 def functorch_maml_omniglot(ctx: BuildContext, **kwargs) -> Workload:
-    """5-way 5-shot Omniglot MAML with torch.func: grad for adaptation, vmap over tasks."""
+    """5-way 5-shot Omniglot MAML with torch.func over 5 tasks (grad to adapt, vmap over tasks); eval: one forward."""
     return _create_maml_omniglot(ctx, vectorized=True, **kwargs)

@@ -238,7 +238,7 @@ BOX_KEYS = {"boxes", "scores", "labels"}
         ("retinanet_r_50_fpn", BOX_KEYS),
         ("detectron2_fcos_r_50_fpn", BOX_KEYS),
         ("timm_efficientdet", BOX_KEYS),
-        ("yolov3", BOX_KEYS),
+        ("yolov3_416", BOX_KEYS),
         ("detectron2_fasterrcnn_r_50_c4", BOX_KEYS),
         ("detectron2_maskrcnn_r_50_fpn", BOX_KEYS | {"masks"}),
     ],

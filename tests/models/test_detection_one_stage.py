@@ -308,3 +308,15 @@ def test_train_forward_returns_positive_losses(name, keys):
     for key, value in losses.items():
         # > 0 for the box terms means ground truth was assigned to some anchors/points.
         assert value.ndim == 0 and torch.isfinite(value) and value > 0, f"{name} {key} = {value}"
+
+
+def test_timm_efficientdet_step_is_torchbench_s():
+    w = torchgauge.create("timm_efficientdet", mode="train", size="smoke")
+    assert w.max_grad_norm == 10.0  # TorchBench's --clip-grad
+    no_decay, decay = w.optimizer.param_groups
+    assert (no_decay["weight_decay"], decay["weight_decay"]) == (0.0, 4e-5)
+    assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    assert all(g["lr"] == 1e-4 and g["momentum"] == 0.9 and not g["nesterov"] for g in (no_decay, decay))
+    assert set(w.targets) == {"num_positives"} | {f"{k}_{level}" for k in ("cls", "box") for level in range(5)}
+    rates = [m.drop_prob for m in w.module.backbone if hasattr(m, "drop_prob")]
+    assert len(rates) == 23 and rates[0] == 0.0 and rates[-1] == pytest.approx(0.2 * 22 / 23)

@@ -13,18 +13,17 @@ from torchgauge.models.vision.detection.boxes import LinearBoxCoder, generalized
 from torchgauge.models.vision.detection.dense_heads import dense_detections, flatten_level, one_hot_targets, prior_bias
 from torchgauge.models.vision.detection.efficientdet import (
     BIFPN_NODES,
-    Conv2dSame,
     EfficientDet,
     EfficientDetConfig,
     FusionNode,
     anchor_labels,
     fast_normalized_fusion,
     fusion_weights,
-    pad_same,
 )
 from torchgauge.models.vision.detection.fcos import centerness_targets, match_points
 from torchgauge.models.vision.detection.losses import giou_loss, sigmoid_focal_loss
 from torchgauge.models.vision.detection.retinanet import RetinaNet, RetinaNetConfig
+from torchgauge.models.vision.detection.tf_efficientnet import Conv2dSame, pad_same
 
 LN2 = math.log(2.0)
 

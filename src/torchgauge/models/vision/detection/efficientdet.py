@@ -38,22 +38,13 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
-from ...common.conv_blocks import InvertedResidual
 from ..mobilenet import MobileNet, _efficientnet_b0_config
 from .batch import DetectionWorkload, synthetic_detection_batch
 from .boxes import AnchorGenerator, BoxCoder, Matcher, batched_nms, clip_boxes
 from .dense_heads import flatten_level, match_anchors, one_hot_targets, prior_bias
+from .tf_efficientnet import StochasticDepthMBConv, downsample, tf_backbone
 
-__all__ = [
-    "BiFPN",
-    "Conv2dSame",
-    "EfficientDet",
-    "EfficientDetConfig",
-    "anchor_labels",
-    "fast_normalized_fusion",
-    "fusion_weights",
-    "pad_same",
-]
+__all__ = ["BiFPN", "EfficientDet", "EfficientDetConfig", "anchor_labels", "fast_normalized_fusion", "fusion_weights"]
 
 STRIDES = (8, 16, 32, 64, 128)  # P3..P7
 # BiFPN nodes as (output level, inputs); inputs index the list [P3_in..P7_in, node0, node1, ...].
@@ -110,62 +101,8 @@ TF_EFFICIENTDET_D1 = {
     "redundant_bias": True, "image_size": 640,
 }  # fmt: skip
 EFFICIENTDET_D0 = {"drop_path_rate": 0.1}  # effdet's efficientdet_d0: the config defaults otherwise
-# TensorFlow's BatchNorm defaults, kept by timm's tf_ backbones.
-TF_BN_EPS, TF_BN_MOMENTUM = 1e-3, 0.01
 # The loader's normalisation of 0-255 pixels (ImageNet RGB mean and std; letterbox fill = mean).
 PIXEL_MEAN, PIXEL_STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
-
-
-def pad_same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], value: float = 0.0) -> Tensor:
-    """TensorFlow "SAME" padding: ``ceil(size / stride)`` outputs, an odd total's extra row/column bottom/right."""
-    pads = []
-    for size, k, s in zip(reversed(x.shape[-2:]), reversed(kernel), reversed(stride)):  # width first, as F.pad
-        total = max((math.ceil(size / s) - 1) * s + k - size, 0)
-        pads += [total // 2, total - total // 2]
-    return F.pad(x, pads, value=value) if any(pads) else x
-
-
-class Conv2dSame(nn.Conv2d):
-    """Conv2d with TensorFlow's "SAME" padding computed from the input size (timm's ``Conv2dSame``)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(pad_same(x, self.kernel_size, self.stride), self.weight, self.bias, self.stride, 0,
-                        self.dilation, self.groups)  # fmt: skip
-
-
-def _downsample(x: Tensor, tf_padding: bool) -> Tensor:
-    """3x3 stride-2 max pool: "same" (TF: padded with -inf at the bottom/right) or symmetric padding."""
-    if tf_padding:
-        return F.max_pool2d(pad_same(x, (3, 3), (2, 2), float("-inf")), kernel_size=3, stride=2)
-    return F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
-
-
-class StochasticDepthMBConv(InvertedResidual):
-    """EfficientNet's MBConv whose residual branch is dropped per sample with ``drop_prob`` in training."""
-
-    drop_prob: float = 0.0
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = self.block(x)
-        if not self.use_residual:
-            return out
-        if self.training and self.drop_prob > 0.0:  # timm's drop_path: keep with 1 - p, rescale by 1 / (1 - p)
-            keep = 1.0 - self.drop_prob
-            out = out * x.new_empty(x.shape[0], 1, 1, 1).bernoulli_(keep).div_(keep)
-        return out + x
-
-
-def _tf_backbone(backbone: nn.Module) -> None:
-    """timm's tf_ EfficientNet: strided convs pad "same" from the input size; TensorFlow's BatchNorm."""
-    for parent in list(backbone.modules()):
-        for name, child in parent.named_children():
-            if isinstance(child, nn.BatchNorm2d):
-                child.eps, child.momentum = TF_BN_EPS, TF_BN_MOMENTUM
-            elif isinstance(child, nn.Conv2d) and child.stride != (1, 1):
-                same = Conv2dSame(child.in_channels, child.out_channels, child.kernel_size, child.stride,
-                                  groups=child.groups, bias=child.bias is not None)  # fmt: skip
-                same.weight = child.weight
-                setattr(parent, name, same)
 
 
 def fusion_weights(weights: Tensor, eps: float = 1e-4) -> Tensor:
@@ -224,7 +161,7 @@ class FusionNode(nn.Module):
             if in_level > self.level:  # coarser: nearest upsampling
                 x = F.interpolate(x, size=size, mode="nearest")
             elif in_level < self.level:  # finer (one level): 3x3 stride-2 max pool
-                x = _downsample(x, self.tf_padding)
+                x = downsample(x, self.tf_padding)
             resized.append(x)
         return self.conv(F.silu(fast_normalized_fusion(resized, self.weights, self.eps)))
 
@@ -254,8 +191,8 @@ class BiFPN(nn.Module):
             channels = [width] * 5
 
     def forward(self, features: Sequence[Tensor]) -> list[Tensor]:
-        p6 = _downsample(self.p6_resample(features[-1]), self.tf_padding)
-        levels = [*features, p6, _downsample(p6, self.tf_padding)]
+        p6 = downsample(self.p6_resample(features[-1]), self.tf_padding)
+        levels = [*features, p6, downsample(p6, self.tf_padding)]
         for cell in self.cells:
             nodes = list(levels)
             for node, (_, inputs) in zip(cell, BIFPN_NODES):
@@ -317,7 +254,7 @@ class EfficientDet(nn.Module):
         for index, block in enumerate(blocks):  # timm: drop_path_rate * block_idx / block_count
             block.drop_prob = cfg.drop_path_rate * index / len(blocks)
         if cfg.tf_padding:
-            _tf_backbone(self.backbone)
+            tf_backbone(self.backbone)
         self.taps = tuple(taps)
         norm = partial(nn.BatchNorm2d, eps=cfg.bn_eps, momentum=cfg.bn_momentum)
         self.bifpn = BiFPN(tap_channels, cfg, norm)

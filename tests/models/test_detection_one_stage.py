@@ -16,12 +16,14 @@ from torchgauge.models.vision.detection.efficientdet import (
     EfficientDet,
     EfficientDetConfig,
     FusionNode,
+    anchor_labels,
     fast_normalized_fusion,
     fusion_weights,
 )
 from torchgauge.models.vision.detection.fcos import centerness_targets, match_points
 from torchgauge.models.vision.detection.losses import giou_loss, sigmoid_focal_loss
 from torchgauge.models.vision.detection.retinanet import RetinaNet, RetinaNetConfig
+from torchgauge.models.vision.detection.tf_efficientnet import Conv2dSame, pad_same
 
 LN2 = math.log(2.0)
 
@@ -208,15 +210,47 @@ def test_retinanet_losses_hand_computed(two_class_retinanet, box_loss):
 
 def test_efficientdet_losses_hand_computed():
     model = EfficientDet(EfficientDetConfig(num_classes=2))
-    anchors = torch.tensor([[0.0, 0.0, 10.0, 10.0], [50.0, 50.0, 60.0, 60.0]])
-    targets = [{"boxes": torch.tensor([[0.0, 0.0, 10.0, 12.0]]), "labels": torch.tensor([0])}]
-    losses = model._losses(anchors, torch.zeros(1, 2, 2), torch.zeros(1, 2, 4), targets)
+    # One level, one cell, two anchors: anchor 0 is class 0 with box target (0, 0.1, 0, log 1.2), anchor 1 background.
+    labels = {
+        "cls_0": torch.tensor([[[[0.0, -1.0]]]]),
+        "box_0": torch.tensor([[[[0.0, 0.1, 0.0, math.log(1.2), 0.0, 0.0, 0.0, 0.0]]]]),
+        "num_positives": torch.tensor([1.0]),
+    }
+    losses = model._losses([torch.zeros(1, 4, 1, 1)], [torch.zeros(1, 8, 1, 1)], labels)
     # gamma 1.5: (1 - p_t)**1.5 = 0.5**1.5; one positive term, three negative; / (1 positive + 1).
     focusing = 0.5**1.5 * LN2
     torch.testing.assert_close(losses["loss_cls"], torch.tensor((0.25 + 3 * 0.75) * focusing / 2))
-    # Box target (0, 0.1, 0, log 1.2): Huber(delta 0.1) = 0.5 * 0.1**2 + 0.1 * (log 1.2 - 0.1).
+    # Huber(delta 0.1) of the non-zero box targets: 0.5 * 0.1**2 + 0.1 * (log 1.2 - 0.05).
     huber = 0.5 * 0.01 + 0.1 * (math.log(1.2) - 0.05)
     torch.testing.assert_close(losses["loss_box"], torch.tensor(50.0 * huber / (4 * 2)))
+
+
+def test_efficientdet_anchor_labels_per_level():
+    model = EfficientDet(EfficientDetConfig(num_classes=3))
+    anchors = model.anchor_generator([(16, 16), (8, 8), (4, 4), (2, 2), (1, 1)])
+    box = anchors[1][5 * 9 + 2].clone()  # P4, cell (0, 5), anchor 2
+    labels = anchor_labels(model, 128, [{"boxes": box[None], "labels": torch.tensor([2])}])
+    assert labels["cls_1"].shape == (1, 8, 8, 9) and labels["box_1"].shape == (1, 8, 8, 36)
+    assert labels["cls_1"][0, 0, 5, 2] == 2 and labels["cls_1"].dtype == torch.float32
+    positives = torch.cat([labels[f"cls_{level}"].flatten() for level in range(5)])
+    assert (positives[positives >= 0] == 2).all() and labels["num_positives"].item() == (positives >= 0).sum()
+
+
+def test_tf_same_padding():
+    x = torch.arange(16.0).view(1, 1, 4, 4)
+    padded = pad_same(x, (3, 3), (2, 2))  # total 1: all of it bottom/right
+    assert padded.shape == (1, 1, 5, 5) and padded[0, 0, :4, :4].equal(x[0, 0]) and padded[0, 0, 4].abs().sum() == 0
+    assert pad_same(x, (5, 5), (2, 2)).shape == (1, 1, 7, 7)  # total 3: 1 top/left, 2 bottom/right
+    conv = Conv2dSame(1, 1, 3, 2, bias=False)
+    torch.nn.init.ones_(conv.weight)
+    torch.testing.assert_close(
+        conv(x)[0, 0], torch.tensor([[45.0, 39.0], [66.0, 50.0]])
+    )  # 3x3 sums, zeros past the edge
+    model = EfficientDet(EfficientDetConfig(tf_padding=True, backbone_depth=1.1, drop_path_rate=0.2))
+    strided = [m for m in model.backbone.modules() if isinstance(m, torch.nn.Conv2d) and m.stride != (1, 1)]
+    assert strided and all(isinstance(m, Conv2dSame) and m.padding == (0, 0) for m in strided)
+    assert {m.eps for m in model.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d)} == {1e-3}
+    assert len(model.backbone) - 1 == 23  # B1: stage repeats 2, 3, 3, 4, 4, 5, 2
 
 
 def test_invalid_configs_raise():
@@ -238,7 +272,7 @@ BOX_KEYS = {"boxes", "scores", "labels"}
         ("retinanet_r_50_fpn", BOX_KEYS),
         ("detectron2_fcos_r_50_fpn", BOX_KEYS),
         ("timm_efficientdet", BOX_KEYS),
-        ("yolov3", BOX_KEYS),
+        ("yolov3_416", BOX_KEYS),
         ("detectron2_fasterrcnn_r_50_c4", BOX_KEYS),
         ("detectron2_maskrcnn_r_50_fpn", BOX_KEYS | {"masks"}),
     ],
@@ -273,3 +307,15 @@ def test_train_forward_returns_positive_losses(name, keys):
     for key, value in losses.items():
         # > 0 for the box terms means ground truth was assigned to some anchors/points.
         assert value.ndim == 0 and torch.isfinite(value) and value > 0, f"{name} {key} = {value}"
+
+
+def test_timm_efficientdet_step_is_torchbench_s():
+    w = torchgauge.create("timm_efficientdet", mode="train", size="smoke")
+    assert w.max_grad_norm == 10.0  # TorchBench's --clip-grad
+    no_decay, decay = w.optimizer.param_groups
+    assert (no_decay["weight_decay"], decay["weight_decay"]) == (0.0, 4e-5)
+    assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    assert all(g["lr"] == 1e-4 and g["momentum"] == 0.9 and not g["nesterov"] for g in (no_decay, decay))
+    assert set(w.targets) == {"num_positives"} | {f"{k}_{level}" for k in ("cls", "box") for level in range(5)}
+    rates = [m.drop_prob for m in w.module.backbone if hasattr(m, "drop_prob")]
+    assert len(rates) == 23 and rates[0] == 0.0 and rates[-1] == pytest.approx(0.2 * 22 / 23)

@@ -32,6 +32,7 @@ WIDTH_ONLY_SMOKE = [
     "retinanet_r_50_fpn",
     "detectron2_fcos_r_50_fpn",
     "yolov3",
+    "yolov3_416",
     "doctr_det_predictor",
     "doctr_reco_predictor",
     "LearningToPaint",
@@ -41,7 +42,7 @@ WIDTH_ONLY_SMOKE = [
 
 # Their builders draw synthetic targets or episodes from real tensor values (``tolist``, ``item``),
 # which the meta device cannot give: their full networks are allocated on the CPU.
-FULL_ON_CPU = {"retinanet_r_50_fpn", "detectron2_fcos_r_50_fpn", "yolov3", "doctr_det_predictor", "LearningToPaint"}
+FULL_ON_CPU = {"retinanet_r_50_fpn", "detectron2_fcos_r_50_fpn", "yolov3_416", "doctr_det_predictor", "LearningToPaint"}
 
 
 def _full_module(name: str) -> torch.nn.Module:

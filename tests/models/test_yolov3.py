@@ -17,7 +17,7 @@ from torchgauge.models.vision.detection.yolov3 import (
     STRIDES,
     YOLOv3,
     YOLOv3Config,
-    _aligned_giou,
+    aligned_giou,
     assign_targets,
     decode_level,
 )
@@ -91,13 +91,13 @@ def test_decode_level_clamps_huge_sizes():
 
 
 # -- loss ----------------------------------------------------------------------------------------
-def test_aligned_giou_hand_computed():
+def testaligned_giou_hand_computed():
     same = torch.tensor([[1.0, 1.0, 2.0, 2.0]])
-    assert _aligned_giou(same, same).item() == pytest.approx(1.0, abs=1e-6)
-    touching = _aligned_giou(torch.tensor([[0.5, 0.5, 1.0, 1.0]]), torch.tensor([[1.5, 0.5, 1.0, 1.0]]))
+    assert aligned_giou(same, same).item() == pytest.approx(1.0, abs=1e-6)
+    touching = aligned_giou(torch.tensor([[0.5, 0.5, 1.0, 1.0]]), torch.tensor([[1.5, 0.5, 1.0, 1.0]]))
     assert touching.item() == pytest.approx(0.0, abs=1e-6)  # no overlap, hull == union
     # [-1, 1]^2 vs [0, 2]^2: inter 1, union 7, hull 9
-    overlap = _aligned_giou(torch.tensor([[0.0, 0.0, 2.0, 2.0]]), torch.tensor([[1.0, 1.0, 2.0, 2.0]]))
+    overlap = aligned_giou(torch.tensor([[0.0, 0.0, 2.0, 2.0]]), torch.tensor([[1.0, 1.0, 2.0, 2.0]]))
     assert overlap.item() == pytest.approx(1 / 7 - 2 / 9, abs=1e-6)
 
 
@@ -151,7 +151,7 @@ def test_detect_clips_to_image_size(model: YOLOv3):
 
 
 def test_smoke_eval_output_format():
-    w = torchgauge.create("yolov3", mode="eval", size="smoke", batch_size=1)
+    w = torchgauge.create("yolov3_416", mode="eval", size="smoke", batch_size=1)
     (det,) = w.step()
     assert det["boxes"].shape[1] == 4 and len(det["boxes"]) <= YOLOv3Config().detections_per_image
     assert ((det["labels"] >= 0) & (det["labels"] < 80)).all()
@@ -161,6 +161,6 @@ def test_smoke_eval_output_format():
 
 def test_bad_image_size_is_rejected():
     with pytest.raises(ValueError, match="multiple of 32"):
-        torchgauge.create("yolov3", mode="eval", size="smoke", image_size=100)
+        torchgauge.create("yolov3_416", mode="eval", size="smoke", image_size=100)
     with pytest.raises(ValueError, match="positive multiple of 32"):
-        torchgauge.create("yolov3", mode="eval", size="smoke", image_size=-32)
+        torchgauge.create("yolov3_416", mode="eval", size="smoke", image_size=-32)

@@ -13,6 +13,7 @@ builds all four from one block table. Each network is stem conv -> inverted-resi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -155,9 +156,11 @@ def _mobilenet_v3_large_config() -> MobileNetConfig:
     )
 
 
-def _efficientnet_b0_config() -> MobileNetConfig:
+def _efficientnet_b0_config(depth_multiplier: float = 1.0) -> MobileNetConfig:
+    """EfficientNet-B0; ``depth_multiplier`` scales each stage's repeats, rounded up (B1: 1.1, as timm)."""
     rows = ((1, 3, 1, 1, 16), (6, 3, 2, 2, 24), (6, 5, 2, 2, 40), (6, 3, 2, 3, 80),
             (6, 5, 1, 3, 112), (6, 5, 2, 4, 192), (6, 3, 1, 1, 320))  # fmt: skip
+    rows = tuple((e, k, s, math.ceil(r * depth_multiplier), c) for e, k, s, r, c in rows)
     blocks = _blocks_by_ratio(32, rows, nn.SiLU, se_ratio=0.25)
     return MobileNetConfig(blocks, stem_ch=32, head_ch=1280, act=nn.SiLU, se_act=nn.SiLU)
 

@@ -19,4 +19,5 @@ from . import (
     rcnn,  # noqa: F401  (registers models)
     retinanet,  # noqa: F401  (registers models)
     yolov3,  # noqa: F401  (registers models)
+    yolov3_torchbench,  # noqa: F401  (registers models)
 )

@@ -1,8 +1,12 @@
 """YOLOv3: Darknet-53 backbone, three-scale detection head, YOLO loss and NMS post-processing.
 
 Paper: Redmon & Farhadi, "YOLOv3: An Incremental Improvement" (2018). Layers follow Darknet's
-``cfg/yolov3.cfg`` (public domain) as ported by ultralytics/yolov3 (GPL-3.0; TorchBench's
-``yolov3`` runs that port): 61,949,149 parameters with 80 classes. The loss follows the
+``cfg/yolov3.cfg`` (public domain) as ported by ultralytics/yolov3 (GPL-3.0): 61,949,149
+parameters with 80 classes, registered here as ``yolov3_416``. ``spp=True`` gives
+``cfg/yolov3-spp.cfg`` (62,998,749), which TorchBench's ``yolov3`` runs: max pools of 13, 9
+and 5 (stride 1) concatenated with their input after the third conv of the stride-32 head,
+then a 1x1 conv back to 512 channels. That workload (ultralytics' loss, burn-in optimizer,
+EMA and NMS) is in ``yolov3_torchbench.py``. The loss of ``yolov3_416`` follows the
 ultralytics port (GIoU box loss, BCE objectness over every anchor, BCE classes over matched
 anchors, weighted by its hyper-parameters), with Darknet's target assignment: each ground-truth
 box goes to the single best of the nine anchors by shape IoU, at the cell holding its centre.
@@ -16,7 +20,8 @@ and NMS runs at its cap: the worst case of the reference pipeline, not a trained
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -31,7 +36,16 @@ from ...common.conv_blocks import ConvNormAct
 from .batch import DetectionWorkload, synthetic_detection_batch
 from .boxes import DEFAULT_SCALE_CLAMP, batched_nms, clip_boxes
 
-__all__ = ["Darknet53", "YOLOv3", "YOLOv3Config", "assign_targets", "decode_level"]
+__all__ = [
+    "Darknet53",
+    "SpatialPyramidPooling",
+    "YOLOv3",
+    "YOLOv3Config",
+    "aligned_giou",
+    "assign_targets",
+    "darknet_conv",
+    "decode_level",
+]
 
 # The nine COCO anchors of yolov3.cfg as (width, height) in input pixels, smallest first.
 COCO_ANCHORS = ((10, 13), (16, 30), (33, 23), (30, 61), (62, 45), (59, 119), (116, 90), (156, 198), (373, 326))
@@ -43,7 +57,22 @@ DARKNET53_BLOCKS = (1, 2, 8, 8, 4)
 # Loss gains of the ultralytics port's hyper-parameters (hyp['giou'], hyp['obj'], hyp['cls']).
 BOX_GAIN, OBJ_GAIN, CLS_GAIN = 3.54, 64.3, 37.4
 
-_conv = partial(ConvNormAct, act_layer=partial(nn.LeakyReLU, 0.1))  # Darknet's conv + BN + leaky(0.1)
+OUTPUT_BIASES = ("zero", "ultralytics")
+# ultralytics' objectness bias offset: sigmoid(-4.5) ~ 0.011, few objects per cell at start.
+OBJECTNESS_BIAS = -4.5
+# SPP max-pool kernels in yolov3-spp.cfg's concatenation order (then the input itself).
+SPP_KERNELS = (13, 9, 5)
+
+ConvFactory = Callable[..., nn.Module]
+
+
+def darknet_conv(bn_eps: float = 1e-5, bn_momentum: float = 0.1) -> ConvFactory:
+    """``conv(in_ch, out_ch, kernel, stride=1)``: Darknet's conv (no bias) + BatchNorm + leaky ReLU(0.1)."""
+    norm = partial(nn.BatchNorm2d, eps=bn_eps, momentum=bn_momentum)
+    return partial(ConvNormAct, act_layer=partial(nn.LeakyReLU, 0.1), norm_layer=norm)
+
+
+_conv = darknet_conv()
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,13 @@ class YOLOv3Config:
     num_classes: int = 80
     width: int = 32  # Darknet-53 stem channels; stage i has 2**(i+1) x width, the heads follow
     anchors: tuple[tuple[float, float], ...] = COCO_ANCHORS
+    spp: bool = False  # yolov3-spp.cfg: spatial pyramid pooling in the stride-32 head
+    bn_eps: float = 1e-5  # ultralytics' Darknet port: 1e-4
+    bn_momentum: float = 0.1  # ultralytics' Darknet port: 0.03
+    input_scale: float = 1 / 255  # images are multiplied by this first (0-255 pixels -> [0, 1])
+    # Output conv biases: "zero" (Darknet) or "ultralytics" (PyTorch's default init plus -4.5 on
+    # objectness and log(0.6 / (num_classes - 0.99)) on the classes, yolo_models.py's init).
+    output_bias: str = "zero"
     conf_thresh: float = 0.001  # objectness * class probability threshold (mAP evaluation)
     iou_thresh: float = 0.6  # class-wise NMS IoU (ultralytics test.py)
     max_nms: int = 30_000  # most (box, class) candidates handed to NMS per image
@@ -62,10 +98,10 @@ class YOLOv3Config:
 class DarknetResidual(nn.Module):
     """1x1 conv halving the channels, 3x3 conv restoring them, identity shortcut."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, conv: ConvFactory = _conv):
         super().__init__()
-        self.conv1 = _conv(channels, channels // 2, 1)
-        self.conv2 = _conv(channels // 2, channels, 3)
+        self.conv1 = conv(channels, channels // 2, 1)
+        self.conv2 = conv(channels // 2, channels, 3)
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.conv2(self.conv1(x))
@@ -74,13 +110,14 @@ class DarknetResidual(nn.Module):
 class Darknet53(nn.Module):
     """Darknet-53 feature extractor: returns the stride-8, -16 and -32 maps (256, 512, 1024 ch at width 32)."""
 
-    def __init__(self, width: int = 32):
+    def __init__(self, width: int = 32, conv: ConvFactory = _conv):
         super().__init__()
-        self.stem = _conv(3, width, 3)
+        self.stem = conv(3, width, 3)
         stages, in_ch = [], width
         for index, blocks in enumerate(DARKNET53_BLOCKS):
             out_ch = 2 * width * 2**index
-            stages.append(nn.Sequential(_conv(in_ch, out_ch, 3, 2), *(DarknetResidual(out_ch) for _ in range(blocks))))
+            residuals = (DarknetResidual(out_ch, conv) for _ in range(blocks))
+            stages.append(nn.Sequential(conv(in_ch, out_ch, 3, 2), *residuals))
             in_ch = out_ch
         self.stages = nn.ModuleList(stages)
 
@@ -93,17 +130,42 @@ class Darknet53(nn.Module):
         return outputs[2:]  # (B, 256, H/8, W/8), (B, 512, H/16, W/16), (B, 1024, H/32, W/32)
 
 
-class YOLOHeadBlock(nn.Module):
-    """Five alternating 1x1/3x3 convs (the route point), then a 3x3 conv and the linear 1x1 output."""
+class SpatialPyramidPooling(nn.Module):
+    """yolov3-spp.cfg's SPP: stride-1 max pools of 13, 9 and 5 concatenated with the input (4x channels)."""
 
-    def __init__(self, in_ch: int, mid_ch: int, out_ch: int):
+    def __init__(self, kernels: Sequence[int] = SPP_KERNELS):
         super().__init__()
+        self.pools = nn.ModuleList(nn.MaxPool2d(k, stride=1, padding=(k - 1) // 2) for k in kernels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.cat([pool(x) for pool in self.pools] + [x], dim=1)
+
+
+class YOLOHeadBlock(nn.Module):
+    """Five alternating 1x1/3x3 convs (the route point), then a 3x3 conv and the linear 1x1 output.
+
+    With ``spp``, the pyramid pooling and a 1x1 conv back to ``mid_ch`` follow the third conv.
+    """
+
+    def __init__(self, in_ch: int, mid_ch: int, out_ch: int, conv: ConvFactory = _conv, spp: bool = False):
+        super().__init__()
+        pooling = [SpatialPyramidPooling(), conv(4 * mid_ch, mid_ch, 1)] if spp else []
         self.body = nn.Sequential(
-            _conv(in_ch, mid_ch, 1), _conv(mid_ch, 2 * mid_ch, 3), _conv(2 * mid_ch, mid_ch, 1),
-            _conv(mid_ch, 2 * mid_ch, 3), _conv(2 * mid_ch, mid_ch, 1),
+            conv(in_ch, mid_ch, 1), conv(mid_ch, 2 * mid_ch, 3), conv(2 * mid_ch, mid_ch, 1), *pooling,
+            conv(mid_ch, 2 * mid_ch, 3), conv(2 * mid_ch, mid_ch, 1),
         )  # fmt: skip
-        self.head = nn.Sequential(_conv(mid_ch, 2 * mid_ch, 3), nn.Conv2d(2 * mid_ch, out_ch, 1))
+        self.head = nn.Sequential(conv(mid_ch, 2 * mid_ch, 3), nn.Conv2d(2 * mid_ch, out_ch, 1))
         nn.init.zeros_(self.head[1].bias)  # Darknet starts every bias at zero
+
+    def ultralytics_bias_init(self, num_anchors: int, num_classes: int) -> None:
+        """ultralytics' output bias: PyTorch's default conv bias plus objectness and class offsets."""
+        output = self.head[1]
+        bound = 1 / math.sqrt(output.weight[0].numel())  # nn.Conv2d's reset_parameters
+        with torch.no_grad():
+            nn.init.uniform_(output.bias, -bound, bound)
+            bias = output.bias.view(num_anchors, 5 + num_classes)
+            bias[:, 4] += OBJECTNESS_BIAS
+            bias[:, 5:] += math.log(0.6 / (num_classes - 0.99))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         route = self.body(x)
@@ -191,7 +253,7 @@ def decode_level(raw: Tensor, anchors: Tensor, stride: int) -> tuple[Tensor, Ten
     return boxes.reshape(batch, -1, 4), objectness, class_probs
 
 
-def _aligned_giou(box1: Tensor, box2: Tensor) -> Tensor:
+def aligned_giou(box1: Tensor, box2: Tensor) -> Tensor:
     """Generalised IoU ``(N,)`` of paired boxes ``(N, 4)`` given as (cx, cy, w, h)."""
     a1, a2 = box1[:, :2] - box1[:, 2:] / 2, box1[:, :2] + box1[:, 2:] / 2
     b1, b2 = box2[:, :2] - box2[:, 2:] / 2, box2[:, :2] + box2[:, 2:] / 2
@@ -211,20 +273,29 @@ class YOLOv3(nn.Module):
 
     def __init__(self, cfg: YOLOv3Config):
         super().__init__()
+        if cfg.output_bias not in OUTPUT_BIASES:
+            raise ValueError(f"invalid YOLOv3 output_bias {cfg.output_bias!r}; accepted: {', '.join(OUTPUT_BIASES)}")
         self.cfg = cfg
-        out_ch = len(ANCHOR_MASKS[0]) * (5 + cfg.num_classes)
+        num_anchors = len(ANCHOR_MASKS[0])
+        out_ch = num_anchors * (5 + cfg.num_classes)
         w = cfg.width  # 32: the published widths written in the comments
-        self.backbone = Darknet53(w)
-        self.head32 = YOLOHeadBlock(32 * w, 16 * w, out_ch)  # 1024 -> 512
-        self.route16 = _conv(16 * w, 8 * w, 1)  # 512 -> 256, then 2x upsample and concat with the stride-16 map
-        self.head16 = YOLOHeadBlock(8 * w + 16 * w, 8 * w, out_ch)  # 256 + 512 -> 256
-        self.route8 = _conv(8 * w, 4 * w, 1)  # 256 -> 128
-        self.head8 = YOLOHeadBlock(4 * w + 8 * w, 4 * w, out_ch)  # 128 + 256 -> 128
+        conv = darknet_conv(cfg.bn_eps, cfg.bn_momentum)
+        self.backbone = Darknet53(w, conv)
+        self.head32 = YOLOHeadBlock(32 * w, 16 * w, out_ch, conv, spp=cfg.spp)  # 1024 -> 512
+        self.route16 = conv(16 * w, 8 * w, 1)  # 512 -> 256, then 2x upsample and concat with the stride-16 map
+        self.head16 = YOLOHeadBlock(8 * w + 16 * w, 8 * w, out_ch, conv)  # 256 + 512 -> 256
+        self.route8 = conv(8 * w, 4 * w, 1)  # 256 -> 128
+        self.head8 = YOLOHeadBlock(4 * w + 8 * w, 4 * w, out_ch, conv)  # 128 + 256 -> 128
+        if cfg.output_bias == "ultralytics":
+            for head in (self.head32, self.head16, self.head8):
+                head.ultralytics_bias_init(num_anchors, cfg.num_classes)
         self.register_buffer("anchors", torch.tensor(cfg.anchors, dtype=torch.float32), persistent=False)
 
     def raw_outputs(self, images: Tensor) -> list[Tensor]:
         """Per scale (strides 32, 16, 8) raw predictions ``(B, 3, H_s, W_s, 5 + C)``."""
-        c8, c16, c32 = self.backbone(images / 255.0)
+        if self.cfg.input_scale != 1.0:
+            images = images * self.cfg.input_scale
+        c8, c16, c32 = self.backbone(images)
         route, out32 = self.head32(c32)
         route, out16 = self.head16(torch.cat((F.interpolate(self.route16(route), scale_factor=2.0), c16), dim=1))
         _, out8 = self.head8(torch.cat((F.interpolate(self.route8(route), scale_factor=2.0), c8), dim=1))
@@ -256,7 +327,7 @@ class YOLOv3(nn.Module):
                 pred_box = torch.cat(
                     (pred[:, :2].sigmoid(), pred[:, 2:4].clamp(max=DEFAULT_SCALE_CLAMP).exp() * anchor_wh), dim=1
                 )
-                loss_box = loss_box + (1.0 - _aligned_giou(pred_box, match["box"])).mean()
+                loss_box = loss_box + (1.0 - aligned_giou(pred_box, match["box"])).mean()
                 obj_target[match["image"], match["anchor"], match["gy"], match["gx"]] = 1.0
                 class_target = F.one_hot(match["label"], self.cfg.num_classes).to(pred.dtype)
                 loss_cls = loss_cls + F.binary_cross_entropy_with_logits(pred[:, 5:], class_target)
@@ -316,6 +387,6 @@ def _create_yolov3(
     batch_size=(16, 8),
     param_count=61_949_149,
 )
-def yolov3(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """YOLOv3 (Darknet-53, 80 COCO classes) at 416x416 (smoke: 64x64, a quarter of the width, 8 classes)."""
+def yolov3_416(ctx: BuildContext, **kwargs: Any) -> Workload:
+    """YOLOv3 (yolov3.cfg: Darknet-53, 80 COCO classes) at 416x416 (smoke: 64x64, a quarter of the width, 8 classes)."""
     return _create_yolov3(ctx, **kwargs)

@@ -25,6 +25,7 @@ from .boxes import (
     box_iou,
     clip_boxes,
     nonempty_boxes,
+    rescale_detections,
     sample_labels,
 )
 from .rcnn_config import RCNNConfig
@@ -233,10 +234,11 @@ class RoIHeads(nn.Module):
         proposals: Sequence[Tensor],
         image_sizes: Sequence[tuple[int, int]],
         targets: Sequence[dict[str, Tensor]] | None = None,
+        output_sizes: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
         if self.training:
             return self._losses(features, proposals, targets)
-        return self._detect(features, proposals, image_sizes)
+        return self._detect(features, proposals, image_sizes, output_sizes)
 
     def _sample(self, proposals: Sequence[Tensor], targets: Sequence[dict[str, Tensor]]):
         """Append ground truth to the proposals, match, and draw a balanced fg/bg sample per image."""
@@ -294,7 +296,7 @@ class RoIHeads(nn.Module):
         selected = logits[torch.arange(logits.shape[0], device=logits.device), fg_classes]
         return F.binary_cross_entropy_with_logits(selected, torch.cat(mask_targets)[:, 0].to(selected.dtype))
 
-    def _detect(self, features, proposals, image_sizes) -> list[dict[str, Tensor]]:
+    def _detect(self, features, proposals, image_sizes, output_sizes=None) -> list[dict[str, Tensor]]:
         cfg = self.cfg
         logits, deltas = self._predict(self._box_features(features, proposals))
         probs = F.softmax(logits, dim=-1)
@@ -310,15 +312,21 @@ class RoIHeads(nn.Module):
             boxes, scores = boxes[rows, columns], scores[rows, columns]
             keep = batched_nms(boxes, scores, columns, cfg.nms_thresh, cfg.detections_per_image)
             detections.append({"boxes": boxes[keep], "scores": scores[keep], "labels": columns[keep] + first_fg})
-        if cfg.mask_on:
-            self._detect_masks(features, detections, image_sizes)
+        # Mask logits come from the boxes at input scale, before any rescaling to the output size.
+        mask_probs = self._mask_probs(features, detections) if cfg.mask_on else None
+        if output_sizes is not None:
+            kept = rescale_detections(detections, image_sizes, output_sizes)
+            mask_probs = None if mask_probs is None else [p[k] for p, k in zip(mask_probs, kept)]
+        if mask_probs is not None:
+            sizes = image_sizes if output_sizes is None else output_sizes
+            for detection, image_probs, size in zip(detections, mask_probs, sizes):
+                masks = paste_masks(image_probs, detection["boxes"], size)
+                detection["masks"] = masks if cfg.mask_threshold is None else masks >= cfg.mask_threshold
         return detections
 
-    def _detect_masks(self, features, detections: list[dict[str, Tensor]], image_sizes) -> None:
+    def _mask_probs(self, features, detections: list[dict[str, Tensor]]) -> list[Tensor]:
+        """Per image, the mask probabilities ``(N, M, M)`` of each detection's class."""
         logits = self._mask_logits(features, [d["boxes"] for d in detections])
         labels = torch.cat([d["labels"] for d in detections])
         probs = logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()  # (N, M, M)
-        for detection, image_probs, size in zip(
-            detections, probs.split([len(d["boxes"]) for d in detections]), image_sizes
-        ):
-            detection["masks"] = paste_masks(image_probs, detection["boxes"], size)
+        return list(probs.split([len(d["boxes"]) for d in detections]))

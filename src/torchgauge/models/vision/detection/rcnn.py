@@ -25,6 +25,7 @@ from ....workload import BuildContext, Workload
 from .backbones import FPN, STAGE_NAMES, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .detectron2_inputs import ResizedDetectionWorkload, mapped_sizes, original_sizes
+from .polygon_masks import ellipse_polygons
 from .rcnn_config import RCNNConfig
 from .rcnn_heads import RPN, RoIHeads
 
@@ -128,6 +129,7 @@ def _create_rcnn(
     image_size: tuple[int, int] | None = None,
     source_size: tuple[int, int] | None = None,
     max_boxes: int | None = None,
+    polygon_masks: bool = False,
     **kwargs: Any,
 ) -> Workload:
     """Build a Generalized R-CNN workload.
@@ -138,6 +140,7 @@ def _create_rcnn(
     thousands (they did not: C4 smoke evals ran res5 on every one of ~420 proposals).
     ``source_size``: the size ``image_size`` was resized from; evaluation then reports the
     detections at each image's original size (:class:`ResizedDetectionWorkload`).
+    ``polygon_masks``: ground-truth masks as polygons (Detectron2's format) instead of bitmasks.
     """
     smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
     cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
@@ -149,8 +152,11 @@ def _create_rcnn(
         max_boxes or ctx.pick(20, 3),
         size_divisibility=cfg.size_divisibility,
         first_label=1 if cfg.background_first else 0,
-        with_masks=cfg.mask_on,
+        with_masks=cfg.mask_on and not polygon_masks,
     )
+    if cfg.mask_on and polygon_masks:
+        for target in targets:
+            target["polygons"] = ellipse_polygons(target["boxes"])
     optimizer = None
     if ctx.train:  # Detectron2's SGD (TorchBench lowers the LR to 0.001 to avoid NaNs)
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -164,11 +170,13 @@ def _create_rcnn(
 def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
     """A Detectron2 R-CNN on the image sizes of TorchBench's batches (see ``detectron2_inputs``).
 
-    Single-feature-map necks take Detectron2's C4/DC5 proposal counts.
+    Ground-truth masks are polygons, as Detectron2's mapper keeps them; single-feature-map
+    necks take Detectron2's C4/DC5 proposal counts.
     """
     if "image_size" not in kwargs:
         kwargs["image_size"], kwargs["source_size"] = mapped_sizes(ctx)
-    return _create_rcnn(ctx, family=_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}, **kwargs)
+    family = _SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}
+    return _create_rcnn(ctx, family=family, **{"polygon_masks": True, **kwargs})
 
 
 # Parameter counts: those of Detectron2's own models (commit 0df2d73, TorchBench's pin) built

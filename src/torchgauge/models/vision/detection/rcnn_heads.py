@@ -28,6 +28,7 @@ from .boxes import (
     rescale_detections,
     sample_labels,
 )
+from .polygon_masks import rasterize_polygons_in_boxes
 from .rcnn_config import RCNNConfig
 from .roi_align import RoIPooler, paste_masks, roi_align
 
@@ -286,15 +287,20 @@ class RoIHeads(nn.Module):
         if logits.shape[0] == 0:
             return logits.sum() * 0.0
         side = logits.shape[-1]
-        # Targets: each foreground RoI's ground-truth mask cropped and resized to M x M by RoIAlign.
+        # Targets, M x M per foreground RoI: its ground-truth polygon rasterized in the RoI's frame
+        # (Detectron2), or its bitmask cropped and resized by RoIAlign (torchvision).
         mask_targets = []
         for image_boxes, image_fg, image_matched, target in zip(fg_boxes, fg_masks, matched_idx, targets):
+            if "polygons" in target:
+                polygons = target["polygons"][image_matched[image_fg]]  # (F_i, V, 2)
+                mask_targets.append(rasterize_polygons_in_boxes(polygons, image_boxes, side))
+                continue
             rois = torch.cat((image_matched[image_fg, None].to(image_boxes), image_boxes), dim=1)
             gt_masks = target["masks"][:, None].to(logits.dtype)  # (G, 1, H, W)
-            mask_targets.append(roi_align(gt_masks, rois, side, 1.0, 0, self.cfg.roi_aligned) >= 0.5)
+            mask_targets.append(roi_align(gt_masks, rois, side, 1.0, 0, self.cfg.roi_aligned)[:, 0] >= 0.5)
         fg_classes = torch.cat([c[m] for c, m in zip(classes, fg_masks)])
         selected = logits[torch.arange(logits.shape[0], device=logits.device), fg_classes]
-        return F.binary_cross_entropy_with_logits(selected, torch.cat(mask_targets)[:, 0].to(selected.dtype))
+        return F.binary_cross_entropy_with_logits(selected, torch.cat(mask_targets).to(selected.dtype))
 
     def _detect(self, features, proposals, image_sizes, output_sizes=None) -> list[dict[str, Tensor]]:
         cfg = self.cfg

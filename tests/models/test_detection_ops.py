@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import torchgauge
 from torchgauge.models.vision.detection.boxes import (
     AnchorGenerator,
     BoxCoder,
@@ -348,3 +349,70 @@ def test_smoke_proposal_counts_override_the_family_defaults(name):
     assert workload.module.cfg.rpn_pre_nms_topk == (64, 64)
     explicit = create(name, mode="eval", size="smoke", rpn_post_nms_topk=(4, 4))
     assert explicit.module.cfg.rpn_post_nms_topk == (4, 4)
+
+
+# -- Detectron2 inputs and heads as TorchBench runs them ---------------------------------------
+def test_resize_shortest_edge_follows_detectron2_rounding_and_cap():
+    from torchgauge.models.vision.detection.detectron2_inputs import resize_shortest_edge
+
+    assert resize_shortest_edge((480, 640), 800, 1333) == (800, 1067)  # 640 * 5/3 = 1066.67
+    assert resize_shortest_edge((427, 640), 800, 1333) == (800, 1199)
+    assert resize_shortest_edge((640, 480), 640, 1333) == (853, 640)
+    assert resize_shortest_edge((300, 1000), 800, 1333) == (400, 1333)  # long side capped
+
+
+def test_detectron2_models_take_mapper_sizes_and_report_at_the_original_size():
+    eval_w = torchgauge.create("detectron2_maskrcnn_r_50_c4", mode="eval", size="smoke")
+    images, image_sizes, output_sizes = eval_w.inputs
+    assert image_sizes == [(128, 160)] and output_sizes == [(96, 120)] and images.shape == (1, 3, 128, 160)
+    (detection,) = eval_w.step()
+    assert detection["masks"].shape[-2:] == (96, 120) and detection["boxes"][:, 2].max() <= 120
+    train_w = torchgauge.create("detectron2_maskrcnn_r_50_c4", mode="train", size="smoke")
+    assert train_w.inputs[1][0] in ((112, 140), (128, 160))  # short edge drawn from the train choices
+    assert train_w.targets[0]["polygons"].shape[1:] == (24, 2) and "masks" not in train_w.targets[0]
+
+
+def test_rescale_detections_scales_clips_and_drops_empty_boxes():
+    from torchgauge.models.vision.detection.boxes import rescale_detections
+
+    detections = [
+        {
+            "boxes": torch.tensor([[10.0, 10.0, 20.0, 30.0], [200.0, 0.0, 210.0, 5.0]]),
+            "scores": torch.tensor([0.9, 0.8]),
+            "labels": torch.tensor([1, 2]),
+        }
+    ]
+    (kept,) = rescale_detections(detections, [(100, 200)], [(50, 100)])
+    assert kept.tolist() == [0]  # the second box lies past the right edge: empty after clipping
+    assert detections[0]["boxes"].tolist() == [[5.0, 5.0, 10.0, 15.0]] and detections[0]["labels"].tolist() == [1]
+
+
+def test_polygon_mask_targets_agree_with_the_cropped_bitmask():
+    from torchgauge.models.vision.detection.batch import _ellipse_masks
+    from torchgauge.models.vision.detection.polygon_masks import ellipse_polygons, rasterize_polygons_in_boxes
+
+    gt = torch.tensor([[10.0, 20.0, 90.0, 60.0], [5.0, 5.0, 45.0, 95.0]])
+    rois = gt + torch.tensor([[-5.0, 3.0, 4.0, -2.0], [2.0, -4.0, 6.0, 1.0]])
+    targets = rasterize_polygons_in_boxes(ellipse_polygons(gt, 64), rois, 28)
+    bitmasks = _ellipse_masks(gt, 100, 100)[:, None].float()
+    cropped = roi_align(bitmasks, torch.cat((torch.arange(2.0)[:, None], rois), 1), 28, 1.0, 0, True)[:, 0] >= 0.5
+    assert targets.dtype == torch.bool and targets.shape == (2, 28, 28)
+    assert (targets != cropped).float().mean() < 0.03  # only cells on the outline may differ
+
+
+def test_level_batch_norm_keeps_statistics_per_level_and_one_affine():
+    from torchgauge.models.vision.detection.dense_heads import LevelBatchNorm
+
+    norm = LevelBatchNorm(4, num_levels=2)
+    norm(torch.randn(2, 4, 3, 3) + 5.0, 0)
+    norm(torch.randn(2, 4, 3, 3) - 5.0, 1)
+    assert norm.norms[0].running_mean.mean() > 0.2 and norm.norms[1].running_mean.mean() < -0.2
+    assert sum(p.numel() for p in norm.parameters()) == 8  # shared weight and bias only
+
+
+def test_detectron2_maskrcnn_lazyconfig_backbone_is_not_frozen():
+    lazy = torchgauge.create("detectron2_maskrcnn", mode="train", size="smoke").module
+    yaml = torchgauge.create("detectron2_maskrcnn_r_50_fpn", mode="train", size="smoke").module
+    assert all(p.requires_grad for p in lazy.parameters())
+    frozen = [n for n, p in yaml.named_parameters() if not p.requires_grad]
+    assert frozen and all(n.startswith(("backbone.stem.", "backbone.res2.")) for n in frozen)

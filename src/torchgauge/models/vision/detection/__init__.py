@@ -4,10 +4,12 @@ Inference output format (every box detector here)::
 
     [  # one dict per image
         {
-            "boxes": Tensor (N, 4) float, (x1, y1, x2, y2) in input-image pixels,
+            "boxes": Tensor (N, 4) float, (x1, y1, x2, y2) in input-image pixels (or, for
+                models fed resized images, in pixels of the image before resizing),
             "scores": Tensor (N,) float, highest first,
             "labels": Tensor (N,) int64, in the model's own class ids,
-            "masks": Tensor (N, 1, H, W) float probabilities (instance segmentation only),
+            "masks": Tensor (N, 1, H, W) (instance segmentation only): bool for Detectron2's
+                models (probability >= 0.5), float probabilities for torchvision's,
         },
         ...
     ]

@@ -30,6 +30,7 @@ __all__ = [
     "generalized_box_iou",
     "nms",
     "nonempty_boxes",
+    "rescale_detections",
     "sample_labels",
 ]
 
@@ -354,3 +355,23 @@ class LinearBoxCoder:
         centres, sizes = self._centres_and_sizes(reference.to(deltas.dtype))
         distances = F.relu(deltas) * sizes.repeat(1, 2)
         return torch.cat((centres - distances[:, :2], centres + distances[:, 2:]), dim=1)
+
+
+def rescale_detections(
+    detections: list[dict[str, Tensor]],
+    image_sizes: Sequence[tuple[int, int]],
+    output_sizes: Sequence[tuple[int, int]],
+) -> list[Tensor]:
+    """Detections from input to output image size: boxes scaled, clipped, empty ones dropped.
+
+    Detectron2's ``detector_postprocess``. Updates ``boxes``, ``scores`` and ``labels`` of each
+    dict in place and returns, per image, the indices of the detections kept.
+    """
+    kept = []
+    for detection, (in_h, in_w), (out_h, out_w) in zip(detections, image_sizes, output_sizes):
+        scale = detection["boxes"].new_tensor([out_w / in_w, out_h / in_h, out_w / in_w, out_h / in_h])
+        boxes = clip_boxes(detection["boxes"] * scale, (out_h, out_w))
+        keep = torch.nonzero(nonempty_boxes(boxes)).squeeze(1)
+        detection.update(boxes=boxes[keep], scores=detection["scores"][keep], labels=detection["labels"][keep])
+        kept.append(keep)
+    return kept

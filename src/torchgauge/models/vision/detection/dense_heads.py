@@ -22,6 +22,8 @@ from .boxes import Matcher, batched_nms, box_iou, clip_boxes
 __all__ = [
     "PRIOR_PROB",
     "DenseHead",
+    "LevelBatchNorm",
+    "Tower",
     "dense_detections",
     "flatten_level",
     "match_anchors",
@@ -47,14 +49,46 @@ def flatten_level(x: Tensor, k: int) -> Tensor:
     return x.view(batch, -1, k, height, width).permute(0, 3, 4, 1, 2).reshape(batch, -1, k)
 
 
-def _tower(channels: int, num_convs: int, norm: str | None) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for _ in range(num_convs):
-        layers.append(nn.Conv2d(channels, channels, 3, padding=1))
+class LevelBatchNorm(nn.Module):
+    """BatchNorm with running statistics per pyramid level and one affine shared by all levels.
+
+    Detectron2's ``CycleBatchNormList`` (what ``norm="BN"`` builds in ``RetinaNetHead`` and
+    ``FCOSHead``): a tower shared over levels sees differently distributed features on each,
+    so each level keeps its own statistics (Wu & Johnson, "Rethinking Batch in BatchNorm",
+    2021, sec. 5.2). Detectron2 cycles through the levels call by call; here the level is named.
+    """
+
+    def __init__(self, channels: int, num_levels: int):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.BatchNorm2d(channels, affine=False) for _ in range(num_levels))
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: Tensor, level: int) -> Tensor:
+        return self.norms[level](x) * self.weight.view(1, -1, 1, 1) + self.bias.view(1, -1, 1, 1)
+
+
+class Tower(nn.Module):
+    """``num_convs`` x (3x3 conv, optional norm, ReLU), applied to one pyramid level at a time."""
+
+    def __init__(self, channels: int, num_convs: int, norm: str | None, num_levels: int):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1) for _ in range(num_convs))
+        self.norm = norm
         if norm == "gn":
-            layers.append(nn.GroupNorm(GN_GROUPS, channels))
-        layers.append(nn.ReLU(inplace=True))
-    return nn.Sequential(*layers)
+            self.norms = nn.ModuleList(nn.GroupNorm(GN_GROUPS, channels) for _ in range(num_convs))
+        elif norm == "bn":
+            self.norms = nn.ModuleList(LevelBatchNorm(channels, num_levels) for _ in range(num_convs))
+
+    def forward(self, x: Tensor, level: int) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            if self.norm == "gn":
+                x = self.norms[i](x)
+            elif self.norm == "bn":
+                x = self.norms[i](x, level)
+            x = F.relu(x)
+        return x
 
 
 class DenseHead(nn.Module):
@@ -65,8 +99,9 @@ class DenseHead(nn.Module):
         num_anchors: anchors per cell (9 for RetinaNet, 1 for FCOS).
         num_classes: sigmoid logits per anchor (no background logit).
         num_convs: 3x3 convs per tower (4).
-        norm: ``None`` (RetinaNet) or ``"gn"`` (FCOS).
+        norm: ``None`` (RetinaNet), ``"gn"`` (FCOS) or ``"bn"`` (:class:`LevelBatchNorm`).
         centerness: add FCOS's centerness logit, computed from the box tower.
+        num_levels: pyramid levels the head serves (statistics kept per level with ``"bn"``).
 
     ``forward(features)`` returns per level ``logits (B, N_l, C)``, ``deltas (B, N_l, 4)`` and
     ``centerness (B, N_l)`` (or ``None``), with ``N_l = H_l * W_l * A``.
@@ -80,13 +115,14 @@ class DenseHead(nn.Module):
         num_convs: int = 4,
         norm: str | None = None,
         centerness: bool = False,
+        num_levels: int = 5,
     ):
         super().__init__()
-        if norm not in (None, "gn"):
-            raise ValueError(f"unknown head norm {norm!r}; accepted: None, 'gn'")
+        if norm not in (None, "gn", "bn"):
+            raise ValueError(f"unknown head norm {norm!r}; accepted: None, 'gn', 'bn'")
         self.num_classes = num_classes
-        self.cls_tower = _tower(channels, num_convs, norm)
-        self.box_tower = _tower(channels, num_convs, norm)
+        self.cls_tower = Tower(channels, num_convs, norm, num_levels)
+        self.box_tower = Tower(channels, num_convs, norm, num_levels)
         self.cls_logits = nn.Conv2d(channels, num_anchors * num_classes, 3, padding=1)
         self.box_deltas = nn.Conv2d(channels, num_anchors * 4, 3, padding=1)
         self.centerness = nn.Conv2d(channels, num_anchors, 3, padding=1) if centerness else None
@@ -98,9 +134,9 @@ class DenseHead(nn.Module):
 
     def forward(self, features: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor] | None]:
         logits, deltas, centerness = [], [], []
-        for feature in features:
-            box_hidden = self.box_tower(feature)
-            logits.append(flatten_level(self.cls_logits(self.cls_tower(feature)), self.num_classes))
+        for level, feature in enumerate(features):
+            box_hidden = self.box_tower(feature, level)
+            logits.append(flatten_level(self.cls_logits(self.cls_tower(feature, level)), self.num_classes))
             deltas.append(flatten_level(self.box_deltas(box_hidden), 4))
             if self.centerness is not None:
                 centerness.append(flatten_level(self.centerness(box_hidden), 1).squeeze(2))

@@ -24,6 +24,8 @@ from ....registry import register_model
 from ....workload import BuildContext, Workload
 from .backbones import FPN, STAGE_NAMES, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
+from .detectron2_inputs import ResizedDetectionWorkload, mapped_sizes, original_sizes
+from .polygon_masks import ellipse_polygons
 from .rcnn_config import RCNNConfig
 from .rcnn_heads import RPN, RoIHeads
 
@@ -33,9 +35,11 @@ __all__ = ["GeneralizedRCNN", "RCNNConfig"]
 class GeneralizedRCNN(nn.Module):
     """Backbone (+ FPN) -> RPN -> RoI heads.
 
-    ``forward(images, image_sizes, targets=None)``: in training, a dict of losses; in
-    evaluation, per image a dict of ``boxes (N, 4)``, ``scores (N,)``, ``labels (N,)`` and,
-    with ``mask_on``, ``masks (N, 1, H, W)`` probabilities.
+    ``forward(images, image_sizes, targets=None, output_sizes=None)``: in training, a dict of
+    losses; in evaluation, per image a dict of ``boxes (N, 4)``, ``scores (N,)``, ``labels (N,)``
+    and, with ``mask_on``, ``masks (N, 1, H, W)`` (bool at ``mask_threshold``, else
+    probabilities). With ``output_sizes`` (each image's size before resizing) boxes and masks
+    are reported at that size, as Detectron2's ``detector_postprocess`` does.
     """
 
     def __init__(self, cfg: RCNNConfig):
@@ -49,6 +53,7 @@ class GeneralizedRCNN(nn.Module):
             out_features,
             res5_dilation=2 if cfg.neck == "dc5" else 1,
             stride_in_1x1=cfg.stride_in_1x1,
+            freeze_at=cfg.freeze_at,
             width=cfg.width,
         )
         if cfg.neck == "fpn":
@@ -65,7 +70,11 @@ class GeneralizedRCNN(nn.Module):
         self.register_buffer("pixel_std", torch.tensor(cfg.pixel_std).view(1, 3, 1, 1), persistent=False)
 
     def forward(
-        self, images: Tensor, image_sizes: Sequence[tuple[int, int]], targets: Sequence[dict[str, Tensor]] | None = None
+        self,
+        images: Tensor,
+        image_sizes: Sequence[tuple[int, int]],
+        targets: Sequence[dict[str, Tensor]] | None = None,
+        output_sizes: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
         features = self.backbone((images - self.pixel_mean) / self.pixel_std)
         if self.cfg.neck == "fpn":
@@ -74,8 +83,9 @@ class GeneralizedRCNN(nn.Module):
         else:
             rpn_features = roi_features = list(features.values())
         proposals, rpn_losses = self.rpn(rpn_features, image_sizes, targets)
-        outputs = self.roi_heads(roi_features, proposals, image_sizes, targets)
-        return {**rpn_losses, **outputs} if self.training else outputs
+        if self.training:
+            return {**rpn_losses, **self.roi_heads(roi_features, proposals, image_sizes, targets)}
+        return self.roi_heads(roi_features, proposals, image_sizes, output_sizes=output_sizes)
 
 
 # C4 and DC5 configs keep Detectron2's defaults of 12000/6000 proposals before NMS and
@@ -117,7 +127,9 @@ def _create_rcnn(
     *,
     family: dict[str, Any],
     image_size: tuple[int, int] | None = None,
+    source_size: tuple[int, int] | None = None,
     max_boxes: int | None = None,
+    polygon_masks: bool = False,
     **kwargs: Any,
 ) -> Workload:
     """Build a Generalized R-CNN workload.
@@ -126,6 +138,9 @@ def _create_rcnn(
     ``kwargs`` the variant's and the caller's :class:`RCNNConfig` fields. Precedence, lowest
     first: family defaults, smoke sizes, kwargs, so smoke's few proposals replace a family's
     thousands (they did not: C4 smoke evals ran res5 on every one of ~420 proposals).
+    ``source_size``: the size ``image_size`` was resized from; evaluation then reports the
+    detections at each image's original size (:class:`ResizedDetectionWorkload`).
+    ``polygon_masks``: ground-truth masks as polygons (Detectron2's format) instead of bitmasks.
     """
     smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
     cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
@@ -137,22 +152,35 @@ def _create_rcnn(
         max_boxes or ctx.pick(20, 3),
         size_divisibility=cfg.size_divisibility,
         first_label=1 if cfg.background_first else 0,
-        with_masks=cfg.mask_on,
+        with_masks=cfg.mask_on and not polygon_masks,
     )
+    if cfg.mask_on and polygon_masks:
+        for target in targets:
+            target["polygons"] = ellipse_polygons(target["boxes"])
     optimizer = None
     if ctx.train:  # Detectron2's SGD (TorchBench lowers the LR to 0.001 to avoid NaNs)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = ctx.optimizer(trainable, "sgd", lr=0.001, weight_decay=1e-4)
-    return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
+    if source_size is None:
+        return DetectionWorkload(ctx, model, (images, image_sizes), targets, optimizer=optimizer)
+    inputs = (images, image_sizes, original_sizes(image_sizes, image_size, source_size))
+    return ResizedDetectionWorkload(ctx, model, inputs, targets, optimizer=optimizer)
 
 
 def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """A Detectron2 R-CNN: single-feature-map necks take Detectron2's C4/DC5 proposal counts."""
-    return _create_rcnn(ctx, family=_SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}, **kwargs)
+    """A Detectron2 R-CNN on the image sizes of TorchBench's batches (see ``detectron2_inputs``).
+
+    Ground-truth masks are polygons, as Detectron2's mapper keeps them; single-feature-map
+    necks take Detectron2's C4/DC5 proposal counts.
+    """
+    if "image_size" not in kwargs:
+        kwargs["image_size"], kwargs["source_size"] = mapped_sizes(ctx)
+    family = _SINGLE_MAP_RPN if kwargs.get("neck") in ("c4", "dc5") else {}
+    return _create_rcnn(ctx, family=family, **{"polygon_masks": True, **kwargs})
 
 
-# Parameter counts follow from the reference configs (Detectron2 publishes none): e.g.
-# R50-FPN = torchvision's 41,755,286 minus the 91- vs 80-class predictor difference (55,350).
+# Parameter counts: those of Detectron2's own models (commit 0df2d73, TorchBench's pin) built
+# from the same configs, equal to the last digit (docs/torchbench-fidelity.json).
 @register_model(
     domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644
 )
@@ -247,7 +275,8 @@ def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
 )
 def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
-    return _create_rcnn(ctx, family=_TORCHVISION, **{"depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
+    family = {**_TORCHVISION, "mask_threshold": None}  # torchvision returns mask probabilities
+    return _create_rcnn(ctx, family=family, **{"depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
 
 
 @register_model(
@@ -258,8 +287,11 @@ def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
           "TorchBench trains it by SGD at lr 0",
 )  # fmt: skip
 def detectron2_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """Mask R-CNN R50-FPN from Detectron2's LazyConfig model zoo; training steps ``SGD(params, lr=0.0)``."""
-    workload = _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **kwargs)
+    """Mask R-CNN R50-FPN from Detectron2's LazyConfig model zoo; training steps ``SGD(params, lr=0.0)``.
+
+    The LazyConfig's ``ResNet`` keeps its default ``freeze_at=0``: stem and res2 train too.
+    """
+    workload = _detectron2(ctx, depth=50, neck="fpn", mask_on=True, **{"freeze_at": 0, **kwargs})
     if ctx.train:  # TorchBench: torch.optim.SGD(self.model.parameters(), 0.0): no momentum, no decay
         workload.optimizer = torch.optim.SGD([p for p in workload.module.parameters() if p.requires_grad], lr=0.0)
         workload.updates_parameters = False  # lr 0: the step runs, the weights stay

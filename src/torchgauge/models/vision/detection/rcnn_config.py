@@ -23,6 +23,7 @@ class RCNNConfig:
     background_first: bool = False  # torchvision layout: class 0 is background and gets box deltas
     stride_in_1x1: bool = True  # MSRA (Detectron2) weights stride in the first 1x1 conv
     width: int = 64  # ResNet stem / res2 width; smoke runs shrink it (_SMOKE_NARROW)
+    freeze_at: int = 2  # ResNet stages frozen (stem, res2): BACKBONE.FREEZE_AT; the LazyConfig ResNet's is 0
     fc_dim: int = 1024  # hidden size of the two-FC box head
     fpn_channels: int = 256  # FPN output (and so RPN and RoI-head input) channels
     mask_dim: int = 256  # channels of the mask head's convs and deconvolution
@@ -45,6 +46,7 @@ class RCNNConfig:
     score_thresh: float = 0.05  # test-time class score threshold
     nms_thresh: float = 0.5  # test-time per-class NMS
     detections_per_image: int = 100
+    mask_threshold: float | None = 0.5  # pasted masks become bool at this probability; None keeps them (torchvision)
     pixel_mean: tuple[float, float, float] = (103.53, 116.28, 123.675)  # BGR, MSRA models
     # Detectron2's MSRA configs divide by 1.0 because their caffe-converted stem expects raw
     # 0-255 pixels; with random weights that starts activations ~60x too large and the first

@@ -25,8 +25,10 @@ from .boxes import (
     box_iou,
     clip_boxes,
     nonempty_boxes,
+    rescale_detections,
     sample_labels,
 )
+from .polygon_masks import rasterize_polygons_in_boxes
 from .rcnn_config import RCNNConfig
 from .roi_align import RoIPooler, paste_masks, roi_align
 
@@ -233,10 +235,11 @@ class RoIHeads(nn.Module):
         proposals: Sequence[Tensor],
         image_sizes: Sequence[tuple[int, int]],
         targets: Sequence[dict[str, Tensor]] | None = None,
+        output_sizes: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
         if self.training:
             return self._losses(features, proposals, targets)
-        return self._detect(features, proposals, image_sizes)
+        return self._detect(features, proposals, image_sizes, output_sizes)
 
     def _sample(self, proposals: Sequence[Tensor], targets: Sequence[dict[str, Tensor]]):
         """Append ground truth to the proposals, match, and draw a balanced fg/bg sample per image."""
@@ -284,17 +287,22 @@ class RoIHeads(nn.Module):
         if logits.shape[0] == 0:
             return logits.sum() * 0.0
         side = logits.shape[-1]
-        # Targets: each foreground RoI's ground-truth mask cropped and resized to M x M by RoIAlign.
+        # Targets, M x M per foreground RoI: its ground-truth polygon rasterized in the RoI's frame
+        # (Detectron2), or its bitmask cropped and resized by RoIAlign (torchvision).
         mask_targets = []
         for image_boxes, image_fg, image_matched, target in zip(fg_boxes, fg_masks, matched_idx, targets):
+            if "polygons" in target:
+                polygons = target["polygons"][image_matched[image_fg]]  # (F_i, V, 2)
+                mask_targets.append(rasterize_polygons_in_boxes(polygons, image_boxes, side))
+                continue
             rois = torch.cat((image_matched[image_fg, None].to(image_boxes), image_boxes), dim=1)
             gt_masks = target["masks"][:, None].to(logits.dtype)  # (G, 1, H, W)
-            mask_targets.append(roi_align(gt_masks, rois, side, 1.0, 0, self.cfg.roi_aligned) >= 0.5)
+            mask_targets.append(roi_align(gt_masks, rois, side, 1.0, 0, self.cfg.roi_aligned)[:, 0] >= 0.5)
         fg_classes = torch.cat([c[m] for c, m in zip(classes, fg_masks)])
         selected = logits[torch.arange(logits.shape[0], device=logits.device), fg_classes]
-        return F.binary_cross_entropy_with_logits(selected, torch.cat(mask_targets)[:, 0].to(selected.dtype))
+        return F.binary_cross_entropy_with_logits(selected, torch.cat(mask_targets).to(selected.dtype))
 
-    def _detect(self, features, proposals, image_sizes) -> list[dict[str, Tensor]]:
+    def _detect(self, features, proposals, image_sizes, output_sizes=None) -> list[dict[str, Tensor]]:
         cfg = self.cfg
         logits, deltas = self._predict(self._box_features(features, proposals))
         probs = F.softmax(logits, dim=-1)
@@ -310,15 +318,21 @@ class RoIHeads(nn.Module):
             boxes, scores = boxes[rows, columns], scores[rows, columns]
             keep = batched_nms(boxes, scores, columns, cfg.nms_thresh, cfg.detections_per_image)
             detections.append({"boxes": boxes[keep], "scores": scores[keep], "labels": columns[keep] + first_fg})
-        if cfg.mask_on:
-            self._detect_masks(features, detections, image_sizes)
+        # Mask logits come from the boxes at input scale, before any rescaling to the output size.
+        mask_probs = self._mask_probs(features, detections) if cfg.mask_on else None
+        if output_sizes is not None:
+            kept = rescale_detections(detections, image_sizes, output_sizes)
+            mask_probs = None if mask_probs is None else [p[k] for p, k in zip(mask_probs, kept)]
+        if mask_probs is not None:
+            sizes = image_sizes if output_sizes is None else output_sizes
+            for detection, image_probs, size in zip(detections, mask_probs, sizes):
+                masks = paste_masks(image_probs, detection["boxes"], size)
+                detection["masks"] = masks if cfg.mask_threshold is None else masks >= cfg.mask_threshold
         return detections
 
-    def _detect_masks(self, features, detections: list[dict[str, Tensor]], image_sizes) -> None:
+    def _mask_probs(self, features, detections: list[dict[str, Tensor]]) -> list[Tensor]:
+        """Per image, the mask probabilities ``(N, M, M)`` of each detection's class."""
         logits = self._mask_logits(features, [d["boxes"] for d in detections])
         labels = torch.cat([d["labels"] for d in detections])
         probs = logits[torch.arange(len(labels), device=labels.device), labels].sigmoid()  # (N, M, M)
-        for detection, image_probs, size in zip(
-            detections, probs.split([len(d["boxes"]) for d in detections]), image_sizes
-        ):
-            detection["masks"] = paste_masks(image_probs, detection["boxes"], size)
+        return list(probs.split([len(d["boxes"]) for d in detections]))

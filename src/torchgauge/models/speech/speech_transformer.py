@@ -125,7 +125,7 @@ class SpeechTransformer(nn.Module):
 
 
 class RecognitionWorkload(Workload):
-    """Train: two teacher-forced steps (train mode, then eval mode); eval: greedy decoding of a fixed number of steps."""
+    """Train: two teacher-forced steps (train mode, then eval mode); eval: greedy decoding of fixed length."""
 
     def __init__(
         self,

@@ -248,7 +248,9 @@ class SoftActorCritic(OffPolicyWorkload):
 
 
 def _create_sac(ctx: BuildContext, **kwargs) -> Workload:
-    cfg = SACConfig(**kwargs)
+    # Smoke: 64-wide hidden layers instead of 1024 (the 5.3M weights and their Adam updates set
+    # the step's cost); every layer kept.
+    cfg = SACConfig(**{**({"hidden_dim": 64} if ctx.smoke else {}), **kwargs})
     env = PendulumEnv(cfg.num_envs, ctx.device, device_generator(ctx))  # one env acts, in both modes
     agent = SACAgent(env.obs_dim, env.action_dim, cfg).to(ctx.device)
     buffer = ReplayBuffer.for_training(ctx, cfg.buffer_size, (env.obs_dim,), torch.float32, env.action_dim)

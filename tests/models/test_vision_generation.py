@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from torchgauge.models.vision.generation.cyclegan import PatchDiscriminator
+import torchgauge
+from torchgauge.models.vision.generation.cyclegan import ImagePool, PatchDiscriminator
 from torchgauge.models.vision.generation.dice import soft_dice
 from torchgauge.models.vision.generation.diffusion_unet import DDPM, DiffusionUNetConfig, timestep_embedding
 from torchgauge.models.vision.generation.stargan import StarGANConfig, StarGANDiscriminator, gradient_penalty
@@ -125,3 +126,34 @@ def test_gradient_penalty_of_linear_critic() -> None:
     w = torch.tensor([3.0, 4.0])  # critic(x) = w . x has gradient w everywhere, norm 5
     x_hat = torch.rand(2, 2, requires_grad=True)
     assert gradient_penalty(x_hat @ w, x_hat).item() == pytest.approx((5 - 1) ** 2)
+
+
+# -- training schedules of the TorchBench GANs --------------------------------------------------------
+@pytest.mark.parametrize("iteration,g_steps", [(0, False), (4, True)])
+def test_stargan_updates_the_generator_every_n_critic_iterations(iteration: int, g_steps: bool) -> None:
+    # TorchBench's train() is solver iteration 0: D only; G steps when (i + 1) % n_critic == 0.
+    w = torchgauge.create("pytorch_stargan", mode="train", size="smoke", iteration=iteration)
+    g_before = [p.detach().clone() for p in w.generator.parameters()]
+    d_before = [p.detach().clone() for p in w.discriminator.parameters()]
+    w.step()
+    assert any(not torch.equal(a, b) for a, b in zip(d_before, w.discriminator.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(g_before, w.generator.parameters())) == g_steps
+
+
+def test_image_pool_passes_fakes_until_full_then_swaps_half() -> None:
+    pool = ImagePool(2, torch.Generator().manual_seed(0))
+    first, second = torch.zeros(1, 3, 2, 2), torch.ones(1, 3, 2, 2)
+    assert torch.equal(pool.query(first), first) and torch.equal(pool.query(second), second)
+    outs = [pool.query(torch.full((1, 3, 2, 2), 2.0)) for _ in range(40)]
+    swapped = sum(float(o.max()) < 2 for o in outs)
+    assert 0 < swapped < 40  # some fakes come back from the history, some pass through
+    assert len(pool.images) == 2
+
+
+def test_cyclegan_step_updates_both_generators_and_discriminators() -> None:
+    w = torchgauge.create("pytorch_CycleGAN_and_pix2pix", mode="train", size="smoke")
+    nets = ("g_a", "g_b", "d_a", "d_b")
+    before = {n: [p.detach().clone() for p in getattr(w.module, n).parameters()] for n in nets}
+    w.step()
+    for n in nets:
+        assert any(not torch.equal(a, b) for a, b in zip(before[n], getattr(w.module, n).parameters())), n

@@ -1,13 +1,18 @@
 """DrQ: Data-regularized Q, SAC from pixels with random-shift augmentation.
 
 Kostrikov, Yarats & Fergus, "Image Augmentation Is All You Need", 2020 (arXiv:2004.13649);
-denisyarats/drq (MIT license) as configured by TorchBench's ``drq``: stacked 84x84 RGB
-frames (3 frames, 9 channels) through a 4-layer 32-filter conv encoder, a 50-d LayerNorm +
+denisyarats/drq (MIT license) as configured by TorchBench's ``drq``: observations of 3 stacked
+9x84x84 uint8 frames (27 channels) through a 4-layer 32-filter conv encoder, a 50-d LayerNorm +
 tanh feature, a tanh-Gaussian actor and twin Q heads (1024 wide, depth 2). Actor and critic
 own their encoder heads but share the convolutions; the actor's update does not reach the
 convolutions. Every sampled batch is augmented twice by replicate-padding 4 pixels and
 cropping back at a random offset per image; the critic target averages both views.
-The frames are :class:`~torchgauge.models.rl.envs.PixelPendulum` renders.
+
+The environment is TorchBench's ``MockEnv`` (its ``__init__.py``:17-80): one fixed random
+observation (values in [11, 228), the shape of its ``obs.pkl``: 9x84x84) returned by every step
+with reward 0, stacked 3 times by ``FrameStack``. One train call acts once (sampled action) and
+runs one DrQ update on a batch of 128, updating actor and temperature and moving the target
+critic on every other call (``step % 2``); eval acts greedily once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from torch.nn import functional as F
 
 from ...registry import register_model
 from ...workload import BuildContext, Workload
-from .envs import PendulumEnv, PixelPendulum, ReplayBuffer, device_generator
+from .envs import ReplayBuffer, device_generator
 from .sac import (
     OffPolicyWorkload,
     TanhNormal,
@@ -43,7 +48,6 @@ class DrQConfig:
 
     image_size: int = 84
     frame_stack: int = 3
-    action_repeat: int = 4
     image_pad: int = 4  # random shift of up to +-4 pixels
     num_filters: int = 32
     feature_dim: int = 50
@@ -57,9 +61,13 @@ class DrQConfig:
     actor_update_frequency: int = 2
     critic_target_update_frequency: int = 2
     num_envs: int = 1  # env transitions collected per training step
-    # The reference holds 100k transitions in host memory; 10k uint8 frame stacks on the
-    # device (1.3 GB) change only the sampling range, not the per-step work.
-    replay_capacity: int = 10_000
+    frame_channels: int = 9  # channels of one mock observation (TorchBench's obs.pkl)
+    # The reference holds 100k transitions in host memory; 1k uint8 27x84x84 stacks on the
+    # device (0.4 GB with next_obs) change only the sampling range, not the per-step work.
+    replay_capacity: int = 1_000
+    # config.batch_size of TorchBench's DRQConfig (models/drq/config.py:30): what one update samples,
+    # whatever the declared batch (TorchBench's DEFAULT_TRAIN_BSIZE is 1)
+    update_batch_size: int = 128
 
 
 def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
@@ -71,6 +79,31 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> 
     cols = (offsets[:, 1] + torch.arange(w, device=images.device)).view(n, 1, 1, w)
     padded = padded.gather(2, rows.expand(n, c, h, w + 2 * pad))  # (N, C, H, W+2p)
     return padded.gather(3, cols.expand(n, c, h, w))
+
+
+class MockPixelEnv:
+    """TorchBench's drq environment: every step returns the same stacked observation, reward 0,
+    never done. ``num_envs`` copies act in lockstep (1 in TorchBench)."""
+
+    action_dim = 1
+
+    def __init__(self, ctx: BuildContext, num_envs: int, cfg: DrQConfig) -> None:
+        frame = ctx.randint(11, 228, (cfg.frame_channels, cfg.image_size, cfg.image_size), dtype=torch.uint8)
+        self.frames = frame.repeat(cfg.frame_stack, 1, 1).expand(num_envs, -1, -1, -1).contiguous()
+        self.reward = torch.zeros(num_envs, 1, device=ctx.device)
+
+    @property
+    def obs_shape(self) -> tuple[int, int, int]:
+        return tuple(self.frames.shape[1:])
+
+    def observation(self) -> torch.Tensor:
+        return self.frames
+
+    def reset(self) -> torch.Tensor:
+        return self.frames
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.frames, self.reward, self.reward  # next observation, reward 0, not terminal
 
 
 class Encoder(nn.Module):
@@ -122,10 +155,10 @@ class DrQAgent(nn.Module):
 
 
 class DrQ(OffPolicyWorkload):
-    """DrQ on rendered pendulums: train = collect + one DrQ update; eval = one greedy env step."""
+    """DrQ on TorchBench's mock environment: train = collect + one DrQ update; eval = one greedy env step."""
 
     def __init__(
-        self, ctx: BuildContext, agent: DrQAgent, env: PixelPendulum, buffer: ReplayBuffer | None, cfg: DrQConfig
+        self, ctx: BuildContext, agent: DrQAgent, env: MockPixelEnv, buffer: ReplayBuffer | None, cfg: DrQConfig
     ) -> None:
         super().__init__(ctx, agent, env, buffer, cfg)
         self.augment_generator = device_generator(ctx)
@@ -137,11 +170,15 @@ class DrQ(OffPolicyWorkload):
             self.critic_optimizer = torch.optim.Adam(critic_params, lr=cfg.lr)
             self.alpha_optimizer = torch.optim.Adam([agent.log_alpha], lr=cfg.lr)
 
+    @property
+    def update_batch_size(self) -> int:
+        return self.cfg.update_batch_size
+
     def train_step(self) -> torch.Tensor:
         """Collect, then the critic update on two augmented views and, every other step, actor and alpha."""
         agent, cfg = self.module, self.cfg
         self.collect()
-        batch = self.buffer.sample(self.batch_size)
+        batch = self.buffer.sample(self.update_batch_size)
         shift = lambda x: random_shift(x.float(), cfg.image_pad, self.augment_generator)
         obs, obs_aug = shift(batch["obs"]), shift(batch["obs"])
         next_obs, next_obs_aug = shift(batch["next_obs"]), shift(batch["next_obs"])
@@ -162,8 +199,11 @@ class DrQ(OffPolicyWorkload):
 
 
 def _create_drq(ctx: BuildContext, **kwargs) -> Workload:
-    cfg = DrQConfig(**kwargs)
-    env = PixelPendulum(PendulumEnv.for_workload(ctx, cfg.num_envs), cfg.image_size, cfg.frame_stack, cfg.action_repeat)
+    # Smoke: narrower encoder and heads (the 11.5M weights and their Adam updates set the step's
+    # cost); every layer, the 84x84 frames and both augmented views kept.
+    smoke = {"num_filters": 8, "feature_dim": 16, "hidden_dim": 64} if ctx.smoke else {}
+    cfg = DrQConfig(**{**smoke, **kwargs})
+    env = MockPixelEnv(ctx, cfg.num_envs if ctx.train else ctx.batch_size, cfg)
     agent = DrQAgent(env.obs_shape, env.action_dim, cfg).to(ctx.device)
     buffer = ReplayBuffer.for_training(ctx, cfg.replay_capacity, env.obs_shape, torch.uint8, env.action_dim)
     return DrQ(ctx, agent, env, buffer, cfg).warm_up()
@@ -172,11 +212,11 @@ def _create_drq(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     # TorchBench's DEFAULT_TRAIN/EVAL_BSIZE are 1, while its agent update samples config.batch_size
     # = 128 transitions (models/drq/config.py:30): throughput counts those 128 per training step.
-    domain="rl", task="continuous_control", batch_size=(1, 1), samples_per_step=(128, None), param_count=11_460_553,
+    domain="rl", task="continuous_control", batch_size=(1, 1), samples_per_step=(128, None), param_count=11_470_921,
     source="Kostrikov et al., Image Augmentation Is All You Need, 2020; denisyarats/drq (MIT) as in TorchBench",
     notes="Parameters include the critic target and the log-temperature; shared convolutions count once. "
     "Eval batch = envs acting.",
 )  # fmt: skip
 def drq(ctx: BuildContext, **kwargs) -> Workload:
-    """DrQ on 84x84 pendulum renders, 3 stacked frames, 4-conv encoder, 1024-wide actor and twin critics."""
+    """DrQ on 3 stacked 9x84x84 mock frames, 4-conv encoder, 1024-wide actor and twin critics."""
     return _create_drq(ctx, **kwargs)

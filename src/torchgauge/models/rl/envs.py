@@ -1,9 +1,8 @@
 """Environments and replay memory for the RL workloads, in torch on the benchmark device.
 
 ``PendulumEnv`` is a batch of gym's ``Pendulum-v1`` (MIT license; same constants,
-semi-implicit Euler step, reward and reset ranges) so no simulator is needed;
-``PixelPendulum`` renders it to RGB frames and stacks the last few, as DrQ's pixel
-wrappers do. ``ReplayBuffer`` is a ring buffer of transitions kept on the device.
+semi-implicit Euler step, reward and reset ranges) so no simulator is needed.
+``ReplayBuffer`` is a ring buffer of transitions kept on the device.
 Everything random draws from its own ``torch.Generator`` seeded from the build context,
 so the same seed gives the same trajectory.
 """
@@ -17,7 +16,7 @@ import torch
 
 from ...workload import BuildContext
 
-__all__ = ["PendulumConfig", "PendulumEnv", "PixelPendulum", "ReplayBuffer", "device_generator"]
+__all__ = ["PendulumConfig", "PendulumEnv", "ReplayBuffer", "device_generator"]
 
 
 def device_generator(ctx: BuildContext) -> torch.Generator:
@@ -107,69 +106,6 @@ class PendulumEnv:
         self.theta_dot = torch.where(truncated, fresh_theta_dot, self.theta_dot)
         self.elapsed = torch.where(truncated, 0, self.elapsed)
         return next_obs, -cost.unsqueeze(1), torch.zeros_like(cost).unsqueeze(1)
-
-
-def render_pendulum(obs: torch.Tensor, size: int) -> torch.Tensor:
-    """RGB frames ``(N, 3, size, size)`` uint8 of pendulums from observations ``(N, 3)``.
-
-    A red rod of length 1 from the centre towards (sin theta, cos theta), on a light background
-    spanning [-1.1, 1.1]^2 (y up), with a dark axle.
-    """
-    axis = torch.linspace(-1.1, 1.1, size, device=obs.device)
-    y, x = -axis.view(size, 1), axis.view(1, size)  # image rows go down
-    tip_x, tip_y = obs[:, 1].view(-1, 1, 1), obs[:, 0].view(-1, 1, 1)  # unit vector (N, 1, 1)
-    along = (x * tip_x + y * tip_y).clamp(0.0, 1.0)  # projection onto the rod (N, H, W)
-    dist2 = (x - along * tip_x) ** 2 + (y - along * tip_y) ** 2
-    rod = (dist2 < 0.1**2).unsqueeze(1)  # (N, 1, H, W)
-    axle = (x**2 + y**2 < 0.05**2).expand_as(dist2).unsqueeze(1)
-    background = torch.tensor([230, 230, 230], dtype=torch.uint8, device=obs.device).view(1, 3, 1, 1)
-    rod_color = torch.tensor([204, 77, 77], dtype=torch.uint8, device=obs.device).view(1, 3, 1, 1)
-    frame = torch.where(rod, rod_color, background)
-    return torch.where(axle, torch.zeros_like(frame), frame)
-
-
-class PixelPendulum:
-    """Pendulum seen through rendered frames: observation ``(N, 3 * frame_stack, size, size)`` uint8.
-
-    Each step repeats the action ``action_repeat`` times and sums the rewards (DrQ's
-    ``action_repeat``); an env reset by the time limit starts a fresh stack of its first frame.
-    """
-
-    def __init__(self, env: PendulumEnv, image_size: int = 84, frame_stack: int = 3, action_repeat: int = 1) -> None:
-        self.env = env
-        self.image_size = image_size
-        self.frame_stack = frame_stack
-        self.action_repeat = action_repeat
-        self.frames = self.reset()
-
-    @property
-    def obs_shape(self) -> tuple[int, int, int]:
-        return (3 * self.frame_stack, self.image_size, self.image_size)
-
-    @property
-    def action_dim(self) -> int:
-        return self.env.action_dim
-
-    def observation(self) -> torch.Tensor:
-        """The current frame stacks (after any time-limit reset)."""
-        return self.frames
-
-    def reset(self) -> torch.Tensor:
-        self.frames = render_pendulum(self.env.reset(), self.image_size).repeat(1, self.frame_stack, 1, 1)
-        return self.frames
-
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns (next stacked frames, summed reward, terminal), each with N rows."""
-        reward = torch.zeros(self.env.num_envs, 1, device=self.env.device)
-        was_reset = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
-        for _ in range(self.action_repeat):
-            next_state, r, terminal = self.env.step(action)
-            reward = reward + r
-            was_reset |= self.env.elapsed == 0
-        next_frames = torch.cat([self.frames[:, 3:], render_pendulum(next_state, self.image_size)], dim=1)
-        restart = render_pendulum(self.env.observation(), self.image_size).repeat(1, self.frame_stack, 1, 1)
-        self.frames = torch.where(was_reset.view(-1, 1, 1, 1), restart, next_frames)
-        return next_frames, reward, terminal
 
 
 class ReplayBuffer:

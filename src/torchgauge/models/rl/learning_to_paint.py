@@ -41,6 +41,7 @@ class PaintConfig:
     network_width: int = 64  # first-stage channels of the actor and critic ResNet-18s (stages x1, x2, x4, x8)
     renderer_width: int = 512  # first hidden layer of the renderer's MLP (then x2, x4)
     max_step: int = 40  # strokes-steps per episode
+    validate_episodes: int = 5  # episodes of one TorchBench eval call (its Evaluator)
     discount: float = 0.95**5
     tau: float = 0.001  # Polyak rate of every target network
     actor_lr: float = 1e-3
@@ -305,11 +306,48 @@ class DDPGPainter(Workload):
         return loss
 
 
-def _create_learning_to_paint(ctx: BuildContext, **kwargs) -> Workload:
+class PaintingRollout(DDPGPainter):
+    """TorchBench's LearningToPaint: train = one acting and painting step, its transitions stored
+    (no update); eval = ``validate_episodes`` episodes of ``max_step`` painting steps."""
+
+    updates_parameters = False  # the reference's train() never reaches its update_policy calls
+    computes_gradients = False  # ... and acts under no_grad: no gradient either
+
+    def act(self, state: torch.Tensor) -> torch.Tensor:
+        """The reference's ``select_action``: the actor in eval mode, under no_grad."""
+        actor = self.module.actor
+        was_training = actor.training
+        actor.eval()
+        try:
+            with torch.no_grad(), self.autocast():
+                return actor(self.actor_input(state))
+        finally:
+            actor.train(was_training)
+
+    def train_step(self) -> torch.Tensor:
+        """One step of every env, transitions stored; returns the mean reward."""
+        actions = self.act(self.obs)
+        with torch.no_grad():
+            next_obs, reward, done = self.env.step(actions)
+            terminal = torch.full_like(reward, float(done))
+            self.buffer.add(obs=self.obs, action=actions, reward=reward, next_obs=next_obs, terminal=terminal)
+        self.obs = next_obs  # the reference never resets here: its episode end is never reached
+        return reward.mean()
+
+    def forward(self) -> torch.Tensor:
+        """The Evaluator's episodes; returns the last episode's final canvases."""
+        for _ in range(self.cfg.validate_episodes):
+            self.obs = self.env.reset()
+            for _ in range(self.cfg.max_step):
+                self.obs, _, _ = self.env.step(self.act(self.obs))
+        return self.env.canvas.float() / 255
+
+
+def _create_learning_to_paint(ctx: BuildContext, workload: type[DDPGPainter], **kwargs) -> Workload:
     # Smoke: 32x32 canvases and a quarter of the actor, critic and renderer-MLP widths (their 22M
     # and 2.6M weights, with Adam and the Polyak updates of the targets, set the smoke step's
-    # cost); every layer kept.
-    smoke = {"network_width": 16, "renderer_width": 128} if ctx.smoke else {}
+    # cost); every layer kept; an evaluation of 2 episodes of 2 steps.
+    smoke = {"network_width": 16, "renderer_width": 128, "max_step": 2, "validate_episodes": 2} if ctx.smoke else {}
     cfg = PaintConfig(**{**smoke, **kwargs})
     size = ctx.pick(cfg.canvas_size, 32)
     agent = PaintAgent(size, cfg.network_width, cfg.renderer_width).to(ctx.device)
@@ -317,15 +355,27 @@ def _create_learning_to_paint(ctx: BuildContext, **kwargs) -> Workload:
     env = CanvasEnv(images, ctx.batch_size, cfg.max_step, agent.renderer, device_generator(ctx))
     action_dim = _STROKES * _STROKE_PARAMS
     buffer = ReplayBuffer.for_training(ctx, cfg.replay_capacity, (7, size, size), torch.uint8, action_dim)
-    return DDPGPainter(ctx, agent, env, buffer, cfg)
+    return workload(ctx, agent, env, buffer, cfg)
 
 
 @register_model(
     domain="rl", task="painting", batch_size=(96, 96), param_count=56_367_838,
     source="Huang et al., Learning to Paint With Model-based Deep RL, ICCV 2019; "
     "megvii-research/ICCV2019-LearningToPaint (MIT) as in TorchBench",
-    notes="Parameters include renderer, discriminator and all target networks. Batch = canvases painted at once.",
+    notes="Parameters include renderer, discriminator and all target networks. Batch = canvases painted at once. "
+    "Train: one acting/painting step (TorchBench's train never updates); eval: 5 episodes of 40 steps.",
 )  # fmt: skip
 def LearningToPaint(ctx: BuildContext, **kwargs) -> Workload:  # noqa: N802  (TorchBench's model name)
+    """TorchBench's painter rollout: ResNet-18 actor and neural renderer on 128x128 canvases."""
+    return _create_learning_to_paint(ctx, PaintingRollout, **kwargs)
+
+
+@register_model(
+    domain="rl", task="painting", batch_size=(96, 96), param_count=56_367_838,
+    source="Huang et al., Learning to Paint With Model-based Deep RL, ICCV 2019; "
+    "megvii-research/ICCV2019-LearningToPaint (MIT)",
+    notes="Train: one env step + a DDPG update (discriminator, critic, actor, targets); eval: one painting step.",
+)  # fmt: skip
+def learning_to_paint_ddpg(ctx: BuildContext, **kwargs) -> Workload:
     """DDPG painter: ResNet-18 actor and critic, WGAN-GP reward, neural renderer, 128x128 canvases."""
-    return _create_learning_to_paint(ctx, **kwargs)
+    return _create_learning_to_paint(ctx, DDPGPainter, **kwargs)

@@ -4,9 +4,12 @@ Follows TorchBench's ``soft_actor_critic`` (jakegrigsby/deep_control, MIT licens
 Gaussian policy squashed by tanh through ``torch.distributions`` (``Normal`` +
 ``TanhTransform``, argument validation left at torch's default, i.e. on), twin Q networks
 with 1024-wide hidden layers, Polyak-averaged target critics, a learned temperature and
-uniform replay. One training step acts in the environment, stores the transition, samples a
-batch and updates critic, actor and temperature, as the reference's training loop does.
-The environment is :class:`~torchgauge.models.rl.envs.PendulumEnv` (gym Pendulum-v1).
+uniform replay. One training step is what TorchBench's ``train()`` does (its ``__init__.py``:
+215-257): reset the environment, act once (a sampled action), store the transition, sample a
+batch of 256 and update critic, actor and temperature, then move the target critics (its loop
+counter restarts at 0 every call, so ``step % target_delay == 0`` always holds). One eval step
+is its ``eval()`` (:259-275): an episode of ``max_episode_steps = 10`` greedy actions of one
+environment. The environment is :class:`~torchgauge.models.rl.envs.PendulumEnv` (gym Pendulum-v1).
 The distribution, network and target-update pieces here are shared with ``drq.py``.
 """
 
@@ -23,7 +26,7 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from ...registry import register_model
 from ...workload import BuildContext, Workload
-from .envs import PendulumEnv, ReplayBuffer
+from .envs import PendulumEnv, ReplayBuffer, device_generator
 
 __all__ = [
     "OffPolicyWorkload", "TanhNormal", "TwinQ", "frozen_copy", "mlp", "optimizer_step", "orthogonal_init",
@@ -104,9 +107,8 @@ class SACConfig:
     critic_lr: float = 1e-4
     alpha_lr: float = 1e-4
     init_alpha: float = 0.1
-    actor_delay: int = 1  # actor and temperature update every this many steps
-    target_delay: int = 2  # target critics move every this many steps
     num_envs: int = 1  # env transitions collected per training step
+    eval_steps: int = 10  # max_episode_steps: greedy env steps of one eval episode
     buffer_size: int = 1_000_000
 
 
@@ -178,10 +180,15 @@ class OffPolicyWorkload(Workload):
         self.buffer.add(obs=self.obs, action=action, reward=reward, next_obs=next_obs, terminal=terminal)
         self.obs = self.env.observation()  # after any time-limit reset
 
+    @property
+    def update_batch_size(self) -> int:
+        """Transitions one update samples from the buffer (the batch, unless a subclass fixes it)."""
+        return self.batch_size
+
     def warm_up(self) -> OffPolicyWorkload:
-        """Fill the buffer with one batch of random-action transitions (build time, not timed)."""
+        """Fill the buffer with one update batch of random-action transitions (build time, not timed)."""
         if self.buffer is not None:
-            while len(self.buffer) < self.batch_size:
+            while len(self.buffer) < self.update_batch_size:
                 self.collect(random_actions=True)
         return self
 
@@ -209,7 +216,7 @@ class OffPolicyWorkload(Workload):
 
 
 class SoftActorCritic(OffPolicyWorkload):
-    """SAC on a batch of pendulums: train = collect + one SAC update; eval = one greedy env step."""
+    """SAC on a pendulum: train = reset, collect + one SAC update; eval = one 10-step greedy episode."""
 
     def __init__(
         self, ctx: BuildContext, agent: SACAgent, env: PendulumEnv, buffer: ReplayBuffer | None, cfg: SACConfig
@@ -221,9 +228,17 @@ class SoftActorCritic(OffPolicyWorkload):
             self.actor_optimizer = adam(agent.actor.parameters(), lr=cfg.actor_lr)
             self.alpha_optimizer = adam([agent.log_alpha], lr=cfg.alpha_lr, betas=(0.5, 0.999))
 
+    def forward(self) -> torch.Tensor:
+        """A fresh episode of ``eval_steps`` greedy actions; returns the last action ``(1, A)``."""
+        self.obs = self.env.reset()
+        for _ in range(self.cfg.eval_steps):
+            action = super().forward()
+        return action
+
     def train_step(self) -> torch.Tensor:
-        """Collect, then critic, actor and temperature updates and the Polyak step; returns their summed loss."""
+        """Reset, collect, then critic, actor and temperature updates and the Polyak step; returns their summed loss."""
         cfg = self.cfg
+        self.obs = self.env.reset()
         self.collect()
         batch = self.buffer.sample(self.batch_size)
         with torch.no_grad(), self.autocast():
@@ -232,17 +247,16 @@ class SoftActorCritic(OffPolicyWorkload):
             q1, q2 = self.module.q(batch["obs"], batch["action"])
             critic_loss = 0.5 * ((td_target - q1) ** 2 + (td_target - q2) ** 2).mean()
         loss = optimizer_step(self.critic_optimizer, critic_loss)
-        if self.updates % cfg.actor_delay == 0:
-            loss = loss + self.update_actor_and_alpha(batch["obs"])
-        if self.updates % cfg.target_delay == 0:
-            polyak_update(self.module.critic_target, self.module.critic, cfg.tau)
-        self.updates += 1
+        loss = loss + self.update_actor_and_alpha(batch["obs"])
+        polyak_update(self.module.critic_target, self.module.critic, cfg.tau)
         return loss
 
 
 def _create_sac(ctx: BuildContext, **kwargs) -> Workload:
-    cfg = SACConfig(**kwargs)
-    env = PendulumEnv.for_workload(ctx, cfg.num_envs)
+    # Smoke: 64-wide hidden layers instead of 1024 (the 5.3M weights and their Adam updates set
+    # the step's cost); every layer kept.
+    cfg = SACConfig(**{**({"hidden_dim": 64} if ctx.smoke else {}), **kwargs})
+    env = PendulumEnv(cfg.num_envs, ctx.device, device_generator(ctx))  # one env acts, in both modes
     agent = SACAgent(env.obs_dim, env.action_dim, cfg).to(ctx.device)
     buffer = ReplayBuffer.for_training(ctx, cfg.buffer_size, (env.obs_dim,), torch.float32, env.action_dim)
     return SoftActorCritic(ctx, agent, env, buffer, cfg).warm_up()
@@ -253,7 +267,8 @@ def _create_sac(ctx: BuildContext, **kwargs) -> Workload:
     source="Haarnoja et al., Soft Actor-Critic Algorithms and Applications, 2018; "
     "jakegrigsby/deep_control (MIT) as in TorchBench's soft_actor_critic",
     unsupported_precisions=("fp16", "bf16"),
-    notes="Parameters include the two target critics and the log-temperature. Eval batch = envs acting. "
+    notes="Parameters include the two target critics and the log-temperature. Train: one env step and one "
+          "update of a 256 batch; eval: a 10-step greedy episode of one env (the eval batch is nominal). "
           "fp16/bf16 unsupported: the pendulum simulation and replay buffer make fp32 observations, rewards "
           "and actions inside the step (amp works).",
 )  # fmt: skip

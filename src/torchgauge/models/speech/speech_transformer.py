@@ -8,6 +8,12 @@ TorchBench. Input: 80-dim filterbank frames (10 ms) stacked at a low frame rate 
 AISHELL-1's 4,233 symbols with the output projection tied to the embedding, label-smoothed
 (0.1) cross-entropy. The layers are ``common.transformer_layers``' (those of ``nlp.transformer``).
 
+Train is TorchBench's ``train()`` (its ``config.py`` ``SpeechTransformerTrainConfig.train``): one
+training pass over its single prefetched batch with the model in train mode, then its
+"cross-validation" pass with the model in eval mode, which also steps the optimizer (its
+``cross_valid`` is False): two Adam(betas (0.9, 0.98), eps 1e-9) steps per call, at the Noam
+learning rate ``k * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5)`` (k 0.2, warmup 1).
+
 Eval: the reference runs beam search (beam 5) on one utterance until <eos>; here eval is greedy
 decoding of a fixed 100 steps for the whole batch (no early stop), so the work does not depend
 on what random weights predict. Like the reference, each step re-runs the decoder on the prefix.
@@ -28,6 +34,7 @@ from ..common.transformer_layers import DecoderLayer, EncoderLayer, causal_mask,
 __all__ = ["SpeechTransformer", "stack_low_frame_rate"]
 
 IGNORE_ID = -1  # padding of the decoder targets
+NOAM_K, NOAM_WARMUP = 0.2, 1  # TorchBench's TransformerOptimizer settings (k, warmup_steps)
 
 
 def stack_low_frame_rate(feats: torch.Tensor, m: int = 4, n: int = 3) -> torch.Tensor:
@@ -118,7 +125,7 @@ class SpeechTransformer(nn.Module):
 
 
 class RecognitionWorkload(Workload):
-    """Train: teacher-forced forward; eval: greedy decoding of a fixed number of steps."""
+    """Train: two teacher-forced steps (train mode, then eval mode); eval: greedy decoding of fixed length."""
 
     def __init__(
         self,
@@ -132,12 +139,25 @@ class RecognitionWorkload(Workload):
     ) -> None:
         super().__init__(ctx, module, inputs, targets, optimizer=optimizer)
         self.decode_steps = decode_steps
+        self.noam_steps = 0
 
     def forward(self):
         if self.ctx.train:
             return self.module(*self.inputs)
         feats, feat_lens = self.inputs[:2]
         return self.module.recognize(feats, feat_lens, self.decode_steps)
+
+    def train_step(self) -> torch.Tensor:
+        """A step in train mode, then one in eval mode (dropout off), each at its Noam learning rate."""
+        d_model = self.module.d_model
+        for training in (True, False):
+            self.module.train(training)
+            self.noam_steps += 1
+            lr = NOAM_K * d_model**-0.5 * min(self.noam_steps**-0.5, self.noam_steps * NOAM_WARMUP**-1.5)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            loss = super().train_step()
+        return loss
 
     def compute_loss(self, logits: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(

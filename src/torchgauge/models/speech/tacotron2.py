@@ -8,9 +8,14 @@ always-on dropout, attention LSTM and decoder LSTM (1024 each), mel (80) and sto
 projections, 5-layer conv postnet; losses: MSE on the mel before and after the postnet plus BCE
 on the gate. LJSpeech shapes: 22,050 Hz audio, 256-sample hop (86 frames/s).
 
-Train: teacher forcing, one decoder step per target frame. Eval: the reference's ``inference``
-path (encoder without packing, each step fed its own previous output) for a fixed number of
-frames, without stopping at the gate, so the work does not depend on the random weights.
+``tacotron2`` is TorchBench's workload (``models/tacotron2/__init__.py``:131-144): train is the
+teacher-forced forward (one decoder step per target frame), Tacotron2Loss, backward and
+Adam(1e-3, weight decay 1e-6); eval is the same teacher-forced forward with the model in eval
+mode (TorchBench runs it under AMP on CUDA by default; here precision is the run's setting).
+TorchBench refuses CPU (its ``load_model`` assumes CUDA); the workload runs on CPU here too.
+``tacotron2_inference`` keeps the synthesis path: the reference's ``inference`` (encoder
+without packing, each step fed its own previous output) for a fixed number of frames, without
+stopping at the gate, so the work does not depend on the random weights.
 """
 
 from __future__ import annotations
@@ -230,16 +235,14 @@ def tacotron2_loss(outputs: tuple[torch.Tensor, ...], targets: tuple[torch.Tenso
 
 
 class SynthesisWorkload(Workload):
-    """Train: teacher-forced forward; eval: autoregressive inference for as many frames as the targets."""
+    """Autoregressive inference for as many frames as the target mels (tacotron2_inference)."""
 
     def forward(self):
-        if self.ctx.train:
-            return self.module(*self.inputs)
         text, _, mels, _ = self.inputs
         return self.module.infer(text, mels.size(2))
 
 
-def _create_tacotron2(ctx: BuildContext, **kwargs) -> Workload:
+def _create_tacotron2(ctx: BuildContext, workload: type[Workload] = Workload, **kwargs) -> Workload:
     # Smoke: the same layers at toy width (28M parameters and their Adam state take seconds on a CPU).
     smoke = dict(embedding_dim=64, rnn_dim=64, prenet_dim=32, attention_dim=16, postnet_dim=32) if ctx.smoke else {}
     model = Tacotron2(**(smoke | kwargs))
@@ -252,7 +255,7 @@ def _create_tacotron2(ctx: BuildContext, **kwargs) -> Workload:
     mels = ctx.randn(ctx.batch_size, N_MELS, frames) * frame_valid[:, None]
     gate_target = (torch.arange(frames, device=mels.device) >= (mel_lens - 1)[:, None]).float()
     opt = ctx.optimizer(model.parameters(), "adam", lr=1e-3, weight_decay=1e-6) if ctx.train else None
-    return SynthesisWorkload(
+    return workload(
         ctx, model, (text, text_lens, mels, mel_lens), (mels, gate_target), loss_fn=tacotron2_loss, optimizer=opt
     )
 
@@ -262,9 +265,23 @@ def _create_tacotron2(ctx: BuildContext, **kwargs) -> Workload:
     task="synthesis",
     batch_size=(64, 64),
     param_count=28_193_153,
+    source="Shen et al. 2018; NVIDIA/tacotron2 as TorchBench runs it",
+    notes="Train and eval are the teacher-forced forward (TorchBench's); TorchBench refuses CPU, it runs here.",
+)
+def tacotron2(ctx: BuildContext, **kwargs) -> Workload:
+    """Tacotron 2 (NVIDIA hparams): text to 80-bin mel, teacher-forced in both modes."""
+    return _create_tacotron2(ctx, **kwargs)
+
+
+@register_model(
+    domain="speech",
+    task="synthesis",
+    batch_size=64,
+    modes=("eval",),
+    param_count=28_193_153,
     source="Shen et al. 2018; NVIDIA/tacotron2",
     notes="eval = autoregressive inference for a fixed number of frames (no gate stop)",
 )
-def tacotron2(ctx: BuildContext, **kwargs) -> Workload:
-    """Tacotron 2 (NVIDIA hparams): text to 80-bin mel, teacher-forced training."""
-    return _create_tacotron2(ctx, **kwargs)
+def tacotron2_inference(ctx: BuildContext, **kwargs) -> Workload:
+    """Tacotron 2 synthesis: 800 autoregressive decoder steps from text alone."""
+    return _create_tacotron2(ctx, SynthesisWorkload, **kwargs)

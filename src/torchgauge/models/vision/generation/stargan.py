@@ -5,6 +5,11 @@ Follows the authors' implementation yunjey/stargan (MIT license), ``model.py`` a
 ``solver.py``, in its CelebA configuration as TorchBench runs it: 128x128 images, 5 binary
 attributes, 64 base filters, 6 residual blocks in G, 6 strided convs in D, WGAN-GP with
 lambda_gp=10, lambda_cls=1, lambda_rec=10 and Adam(1e-4, betas=(0.5, 0.999)).
+
+One timed training step is what TorchBench's ``train()`` does: ``Solver.train`` with
+``num_iters = 1`` (its ``__init__.py``:51), i.e. iteration ``i = 0`` of the solver's loop, where
+the discriminator is updated and the generator is not (``(i + 1) % n_critic`` with
+``n_critic = 5``, ``solver.py``:328). Eval is ``G(x, c_target)``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class StarGANConfig:
     lambda_cls: float = 1.0
     lambda_rec: float = 10.0
     lambda_gp: float = 10.0
+    n_critic: int = 5  # D updates per G update (main.py --n_critic)
+    iteration: int = 0  # the solver iteration a step runs: TorchBench restarts at 0 every call
 
 
 def _instance_norm(ch: int) -> nn.InstanceNorm2d:
@@ -117,7 +124,8 @@ def _domain_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class StarGANWorkload(AdversarialWorkload):
-    """Train: one WGAN-GP critic update, then one generator update; eval: G(x, c_target)."""
+    """Train: solver iteration ``cfg.iteration`` (a WGAN-GP critic update; a generator update
+    when ``(iteration + 1) % n_critic == 0``); eval: G(x, c_target)."""
 
     def train_step(self) -> torch.Tensor:
         x_real, label_trg = self.inputs
@@ -126,11 +134,14 @@ class StarGANWorkload(AdversarialWorkload):
         # (1) D: Wasserstein critic + domain classification of real images + gradient penalty.
         with self.autocast():
             out_src, out_cls = disc(x_real)
-            x_fake = gen(x_real, label_trg).detach()
-            loss_d = -out_src.mean() + disc(x_fake)[0].mean() + cfg.lambda_cls * _domain_loss(out_cls, label_org)
-            x_hat = (alpha * x_real + (1 - alpha) * x_fake).requires_grad_(True)
+            x_fake = gen(x_real, label_trg)  # the solver keeps G's graph here and detaches for D
+            loss_d = -out_src.mean() + disc(x_fake.detach())[0].mean()
+            loss_d = loss_d + cfg.lambda_cls * _domain_loss(out_cls, label_org)
+            x_hat = (alpha * x_real + (1 - alpha) * x_fake.detach()).requires_grad_(True)
             loss_d = loss_d + cfg.lambda_gp * gradient_penalty(disc(x_hat)[0], x_hat)
         self.update(self.optimizer_d, loss_d)
+        if (cfg.iteration + 1) % cfg.n_critic != 0:
+            return loss_d.detach()
         # (2) G: fool the critic, hit the target domain, and reconstruct the input (cycle).
         with self.autocast():
             x_fake = gen(x_real, label_trg)
@@ -172,7 +183,8 @@ def _create_stargan(ctx: BuildContext, **kwargs: Any) -> Workload:
     batch_size=(16, 16),
     tags=("gan",),
     param_count=53_192_576,  # G 8,430,528 + D 44,762,048
-    notes="Smoke size is 64x64 at a quarter of the width (same layers).",
+    notes="Train is TorchBench's one solver iteration: a D update only (G updates every n_critic=5 "
+    "iterations; iteration=4 adds it). Smoke size is 64x64 at an eighth of the width (same layers).",
 )
 def pytorch_stargan(ctx: BuildContext, **kwargs: Any) -> Workload:
     """StarGAN G (6 residual blocks) + D (source and class heads), CelebA 128x128, 5 domains."""

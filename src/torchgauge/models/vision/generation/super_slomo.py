@@ -5,9 +5,12 @@ Follows avinashpaliwal/Super-SloMo (MIT license), ``model.py`` and ``train.py``,
 ``Super_SloMo`` runs it: a flow-computation U-Net (6 -> 4 channels: F_0->1, F_1->0) and an
 arbitrary-time flow-interpolation U-Net (20 -> 5 channels: flow residuals + visibility),
 backward warping by bilinear ``grid_sample``, 352x352 Adobe-240fps crops, one of 7
-intermediate frames per sample, Adam(1e-4). The loss keeps the reconstruction, warping and
-smoothness terms (weights 204, 102, 1); the perceptual term needs pretrained VGG16 weights
-and is left out.
+intermediate frames per sample, Adam(1e-4). As TorchBench's ``model_wrapper.Model`` the
+module takes (frame index, I0, I1, IFrame) and returns (Ft_p, loss) in both modes: the loss is
+204 x reconstruction L1 + 102 x warping L1 + 0.005 x perceptual MSE + smoothness, the
+perceptual term on VGG16's conv1_1 ... conv4_3 (``features[:22]``, frozen; TorchBench loads
+ImageNet weights, here they are random and seeded). TorchBench's eval runs the same forward
+(loss included) under no_grad (its ``__init__.py``:73-75).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from torch.nn import functional as F
 
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
+
+from ..vgg import VGG, VGG16_LAYERS
 
 __all__ = ["backward_warp", "SloMoUNet"]
 
@@ -102,16 +107,30 @@ def _time(frame_index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return ((frame_index.to(like.dtype) + 1) / (_NUM_INTERMEDIATE + 1)).view(-1, 1, 1, 1)
 
 
-class SuperSloMo(nn.Module):
-    """(I0, I1, frame index) -> the intermediate frame at t plus what the loss needs."""
+def _smoothness(flow: torch.Tensor) -> torch.Tensor:
+    return (flow[..., :-1] - flow[..., 1:]).abs().mean() + (flow[..., :-1, :] - flow[..., 1:, :]).abs().mean()
 
-    def __init__(self, width: int = 32) -> None:
+
+def vgg16_conv4_3(width_mult: float = 1.0) -> nn.Sequential:
+    """VGG16 ``features[:22]``: conv1_1 ... conv4_3 (before its ReLU), frozen (7,635,264 weights)."""
+    layers = VGG16_LAYERS[: VGG16_LAYERS.index(512) + 3]  # through the third 512-channel conv
+    features = VGG(layers, num_classes=1, hidden_dim=1, width_mult=width_mult).features[:22]
+    return features.requires_grad_(False)
+
+
+class SuperSloMo(nn.Module):
+    """(frame index, I0, I1, IFrame) -> (the frame at t, training loss), as TorchBench's ModelWrapper."""
+
+    def __init__(self, width: int = 32, vgg_width_mult: float = 1.0) -> None:
         super().__init__()
         self.flow_comp = SloMoUNet(6, 4, width)  # I0, I1 -> F_0->1, F_1->0
         # I0, I1, F_0->1, F_1->0, F_t->1, F_t->0, g(I1, F_t->1), g(I0, F_t->0) -> dF_t->0, dF_t->1, V_t->0
         self.arb_time_flow = SloMoUNet(20, 5, width)
+        self.vgg16_conv_4_3 = vgg16_conv4_3(vgg_width_mult)  # perceptual loss features
 
-    def forward(self, frame0: torch.Tensor, frame1: torch.Tensor, frame_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self, frame_index: torch.Tensor, frame0: torch.Tensor, frame1: torch.Tensor, frame_gt: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         flow = self.flow_comp(torch.cat([frame0, frame1], 1))
         f01, f10 = flow[:, :2], flow[:, 2:]
         t = _time(frame_index, frame0)
@@ -126,46 +145,39 @@ class SuperSloMo(nn.Module):
         # Eq. 1: visibility- and time-weighted fusion of the two warped frames.
         num = (1 - t) * vis0 * backward_warp(frame0, ft0_refined) + t * vis1 * backward_warp(frame1, ft1_refined)
         frame_t = num / ((1 - t) * vis0 + t * vis1)
-        return {"frame_t": frame_t, "f01": f01, "f10": f10, "warp0": warp0, "warp1": warp1}
-
-
-def _smoothness(flow: torch.Tensor) -> torch.Tensor:
-    return (flow[..., :-1] - flow[..., 1:]).abs().mean() + (flow[..., :-1, :] - flow[..., 1:, :]).abs().mean()
+        l1 = F.l1_loss
+        reconstruction = l1(frame_t, frame_gt)
+        perceptual = F.mse_loss(self.vgg16_conv_4_3(frame_t), self.vgg16_conv_4_3(frame_gt))
+        warping = (
+            l1(warp0, frame_gt)
+            + l1(warp1, frame_gt)
+            + l1(backward_warp(frame0, f10), frame1)
+            + l1(backward_warp(frame1, f01), frame0)
+        )
+        # 204 and 102 are the paper's 0.8 and 0.4 rescaled for [0, 1] pixels instead of [0, 255].
+        loss = 204 * reconstruction + 102 * warping + 0.005 * perceptual + _smoothness(f10) + _smoothness(f01)
+        return frame_t, loss
 
 
 class SuperSloMoWorkload(Workload):
-    """Eval returns the interpolated frame; train adds reconstruction, warping and smoothness losses."""
+    """Train: backward of the module's own loss and an Adam step; eval: the same forward."""
 
-    def forward(self) -> Any:
-        out = super().forward()
-        return out if self.ctx.train else out["frame_t"]
-
-    def compute_loss(self, out: dict[str, torch.Tensor]) -> torch.Tensor:
-        frame0, frame1, _ = self.inputs
-        frame_gt = self.targets
-        l1 = F.l1_loss
-        reconstruction = l1(out["frame_t"], frame_gt)
-        warping = (
-            l1(out["warp0"], frame_gt)
-            + l1(out["warp1"], frame_gt)
-            + l1(backward_warp(frame0, out["f10"]), frame1)
-            + l1(backward_warp(frame1, out["f01"]), frame0)
-        )
-        # 204 and 102 are the paper's 0.8 and 0.4 rescaled for [0, 1] pixels instead of [0, 255].
-        return 204 * reconstruction + 102 * warping + _smoothness(out["f10"]) + _smoothness(out["f01"])
+    def compute_loss(self, out: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return out[1]
 
 
 def _create_super_slomo(ctx: BuildContext, *, image_size: int = 352, width: int = 32) -> Workload:
-    # Smoke: 32x32 is the smallest frame for five /2 levels; a quarter of the width keeps the
-    # layers while the Adam update of 39.6 M weights no longer dominates a CPU step.
-    module = SuperSloMo(ctx.pick(width, width // 4))
+    # Smoke: 32x32 is the smallest frame for five /2 levels; a quarter of the width (and of
+    # VGG's channels) keeps the layers while the Adam update of 39.6 M weights no longer
+    # dominates a CPU step.
+    module = SuperSloMo(ctx.pick(width, width // 4), ctx.pick(1.0, 0.125))
     b, s = ctx.batch_size, ctx.pick(image_size, 32)
     mean = torch.tensor([0.429, 0.431, 0.397], device=ctx.device).view(1, 3, 1, 1)  # the loader's normalization
-    frame0, frame1 = ctx.rand(b, 3, s, s) - mean, ctx.rand(b, 3, s, s) - mean
+    frame0, frame_gt, frame1 = (ctx.rand(b, 3, s, s) - mean for _ in range(3))
     frame_index = ctx.randint(0, _NUM_INTERMEDIATE, (b,))
-    frame_gt = ctx.rand(b, 3, s, s) - mean if ctx.train else None
-    opt = ctx.optimizer(module.parameters(), "adam", lr=1e-4) if ctx.train else None
-    return SuperSloMoWorkload(ctx, module, (frame0, frame1, frame_index), frame_gt, optimizer=opt)
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    opt = ctx.optimizer(trainable, "adam", lr=1e-4) if ctx.train else None
+    return SuperSloMoWorkload(ctx, module, (frame_index, frame0, frame1, frame_gt), optimizer=opt)
 
 
 @register_model(
@@ -173,8 +185,9 @@ def _create_super_slomo(ctx: BuildContext, *, image_size: int = 352, width: int 
     task="video_interpolation",
     source="Jiang et al., Super SloMo, CVPR 2018; avinashpaliwal/Super-SloMo",
     batch_size=(6, 6),  # TorchBench Super_SloMo DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
-    param_count=39_610_473,  # flow U-Net 19,794,116 + interpolation U-Net 19,816,357
-    notes="Loss without the VGG16 perceptual term (needs pretrained weights); smoke is 32x32 at 1/4 width.",
+    # flow U-Net 19,794,116 + interpolation U-Net 19,816,357 + frozen VGG16 conv1_1..conv4_3 7,635,264
+    param_count=47_245_737,
+    notes="VGG16 perceptual features are random (TorchBench loads ImageNet weights); smoke is 32x32 at 1/4 width.",
 )
 def Super_SloMo(ctx: BuildContext, **kwargs: Any) -> Workload:  # TorchBench's name
     """Flow and arbitrary-time interpolation U-Nets with backward warping, 352x352 frames."""

@@ -234,7 +234,7 @@ def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> Non
         _rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)), _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0))
     )
     assert not noisy.regressions
-    assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks
+    assert memory_floor_mb([1.0], [1.5], spread=0.025) == 2.0  # the absolute floor for tiny peaks
 
 
 def test_time_signal_cpu_tests_the_process_cpu_time() -> None:

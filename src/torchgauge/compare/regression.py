@@ -269,7 +269,7 @@ def _judge_untested(
     if not bv or not nv:
         return []
     if q.rule == "memory":
-        change = compare_values(median(bv), median(nv), threshold=threshold)
+        change = replace(compare_values(median(bv), median(nv), threshold=threshold), n_base=len(bv), n_new=len(nv))
         floor = memory_floor_mb(bv, nv, q.spread, memory_min_delta_mb)
         if abs(change.new - change.base) < floor:
             change = replace(change, verdict="unchanged")

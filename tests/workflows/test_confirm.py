@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchgauge.compare.regression import compare_results
+from torchgauge.harness.metrics import CPU_PEAK_SPREAD
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 
@@ -92,8 +93,8 @@ def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
 
 
 def test_confirm_re_measures_flagged_memory_and_judges_the_process_medians(tmp_path) -> None:
-    # first comparison, one process a side: "a" +25% (real), "b" +10.5% (a 400 MiB process vs a
-    # 420 MiB one, the step seen between fresh processes); both beyond the threshold and the floor
+    # first comparison, one process a side: "a" +30% (real), "b" +16% (an outlying process); both
+    # beyond the threshold and the one-process floor (2 x CPU_PEAK_SPREAD of the base peak)
     def rf(peak_a: float, peak_b: float) -> ResultsFile:
         return ResultsFile(
             env={},
@@ -107,21 +108,22 @@ def test_confirm_re_measures_flagged_memory_and_judges_the_process_medians(tmp_p
             ],
         )
 
-    cmp = compare_results(rf(400.0, 380.0), rf(500.0, 420.0))
+    cmp = compare_results(rf(400.0, 380.0), rf(520.0, 440.0))
     assert {(f.config.model, f.metric) for f in cmp.regressions} == {(A, "cpu_peak_mb"), (B, "cpu_peak_mb")}
     request = ConfirmRequest(
         baseline_python=_fake(tmp_path, "base", {}),
-        candidate_python=_fake(tmp_path, "cand", {}, peaks={A: 500.0}),
+        candidate_python=_fake(tmp_path, "cand", {}, peaks={A: 520.0}),
         rounds=4,
         model_files=(PLANTED,),
     )
     out = confirm_comparison(cmp, request)
-    # reruns: base 400/420, candidate a 500/520, b 400/420 MiB: the medians keep "a" only
+    # reruns: base 400/420, candidate a 520/540, b 400/420 MiB: the medians keep "a" only
     assert [(f.config.model, f.metric) for f in out.regressions] == [(A, "cpu_peak_mb")]
     assert [(f.config.model, f.metric) for f in out.dismissed] == [(B, "cpu_peak_mb")]
     kept = out.regressions[0]
-    assert (kept.n_base, kept.n_new) == (4, 4) and kept.detail["first_change"] == pytest.approx(0.25)
-    assert 20.0 <= kept.detail["floor_mb"] <= 42.0  # 2 x the larger of 2.5% of the base median and the spread seen
+    assert (kept.n_base, kept.n_new) == (4, 4) and kept.detail["first_change"] == pytest.approx(0.3)
+    # 2 x the larger of CPU_PEAK_SPREAD of the base median (400-420 MiB) and the spread seen (0 or 20 MiB)
+    assert 2 * CPU_PEAK_SPREAD * 400 - 0.1 <= kept.detail["floor_mb"] <= 2 * max(CPU_PEAK_SPREAD * 420, 20.0) + 0.1
 
 
 def test_confirm_keeps_a_flag_it_could_not_remeasure(tmp_path) -> None:

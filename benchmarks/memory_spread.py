@@ -15,7 +15,8 @@ configuration, their spread (max - min) as a fraction of the median (the figure 
 memory flags of ``compare_results`` with the default rule over every ordered pair of runs
 (or consecutive pairs), and each configuration's median step time relative to the first
 setting's (does the setting change what is timed?). ``--reuse`` analyses results already
-in ``--workdir`` (e.g. recorded GPU runs copied there as ``<setting>/run-<i>.json``).
+in ``--workdir`` (e.g. recorded GPU runs copied there as ``default/run-<i>.json``; with
+``--runs 0`` nothing is run).
 
     PYTHONPATH=src python benchmarks/memory_spread.py --models resnet18 dlrm --size full --runs 5 \\
         --repeat 3 --metrics time,memory,tensor_memory --setting default \\
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--mode", default="both", choices=("train", "eval", "both"))
     parser.add_argument("--batch-size", help="override every model's batch size")
     parser.add_argument("--threads", default="1", help="run's --threads: N or 'all' (torch's default count)")
+    parser.add_argument("--device", default="cpu", help="run's --device (cuda: the gpu_peak_mb spread)")
     parser.add_argument("--metrics", default="time,memory", help="run's --metrics (add tensor_memory)")
     parser.add_argument("--setting", action="append", help="NAME[:VAR=VALUE,...]; repeatable (default: default)")
     parser.add_argument(
@@ -85,7 +87,8 @@ def main() -> None:
                 [
                     *(sys.executable, "-m", "torchgauge.cli", "run", *args.models),
                     *("--size", args.size, "--repeat", str(args.repeat), "--warmup", str(args.warmup)),
-                    *("--mode", args.mode, "--threads", args.threads, "--metrics", args.metrics, *extra),
+                    *("--mode", args.mode, "--device", args.device, "--threads", args.threads),
+                    *("--metrics", args.metrics, *extra),
                     *("--output", str(path), "--quiet", "--no-db"),
                 ],
                 capture_output=True,

@@ -58,3 +58,14 @@ def test_the_quantity_is_judged_by_the_threshold_and_the_absolute_floor() -> Non
         "tiny",
         "same",
     }  # +150% but 1.5 MiB; +4%
+
+
+def test_a_run_collects_it_after_timing() -> None:
+    import torchgauge
+
+    w = torchgauge.create("resnet18", mode="eval", size="smoke")
+    rec = torchgauge.measure(w, repeat=2, warmup=1, metrics=("time", "memory", "tensor_memory"))
+    again = torchgauge.measure(w, repeat=2, warmup=1, metrics=("tensor_memory",))
+    assert rec.metrics["tensor_memory"]["cpu_peak_mb"] > 0 and rec.metrics["tensor_memory"]["cpu_net_mb"] == 0
+    assert again.metrics["tensor_memory"] == rec.metrics["tensor_memory"]
+    assert quantity("cpu_tensor_peak_mb").value(rec.metrics) == rec.metrics["tensor_memory"]["cpu_peak_mb"]

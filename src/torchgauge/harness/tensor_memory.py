@@ -56,7 +56,7 @@ def live_bytes_peak(events: Iterable[tuple[int, int]], since: int | None = None)
         >>> live_bytes_peak([(3, -40), (1, 100), (2, 50)])
         (150, 110)
         >>> live_bytes_peak([(1, 100), (2, -100), (3, 100), (4, 50), (5, -150)], since=2)
-        (150, -100)
+        (50, -100)
     """
     ordered = sorted(events)
     start = sum(nbytes for t, nbytes in ordered if since is not None and t < since)

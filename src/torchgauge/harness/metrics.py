@@ -201,10 +201,10 @@ def _load_metric_modules() -> None:
 
 # Run-to-run spread of the timed pass's peaks (their Quantity.spread): the largest (max - min) /
 # median of cpu_peak_mb over fresh processes measured at full size (benchmarks/memory_spread.py;
-# docs/regression-detection.md, "Measured run-to-run spread of peak memory"): 5.5% (resnet18 eval,
-# one thread) over 5 models x 5 processes, 6.5% with two threads; glibc keeps a different amount of
-# freed heap in each process (20-30 MiB steps). Smoke sizes spread at most 2.2%.
-CPU_PEAK_SPREAD = 0.065
+# docs/regression-detection.md, "Measured run-to-run spread of peak memory"): 7.2% (hf_Bert eval,
+# one thread) over 7 models x 5 processes, rounded up; glibc keeps a different amount of freed
+# heap in each process (steps of 20-66 MiB). Smoke sizes spread at most 2.2%.
+CPU_PEAK_SPREAD = 0.075
 # Unmeasured: no recorded GPU run exists yet, so the CPU figure stands in; set it from recorded
 # CUDA results with the same benchmark (``--reuse`` analyses results files placed in its workdir).
 GPU_PEAK_SPREAD = CPU_PEAK_SPREAD

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from torchgauge.compare.regression import FINDING_KEYS, compare_results, parse_threshold
+from torchgauge.harness.metrics import CPU_PEAK_SPREAD
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 
 
@@ -72,7 +73,7 @@ def test_memory_threshold_floor_and_leak() -> None:
     )
     new = _rf(
         _run(
-            "a", 10, seed=1, cpu_peak_mb=1100.0, gpu_peak_mb=0.4, leak={"leaking": True, "cpu_growth_mb_per_iter": 2.5}
+            "a", 10, seed=1, cpu_peak_mb=1300.0, gpu_peak_mb=0.4, leak={"leaking": True, "cpu_growth_mb_per_iter": 2.5}
         ),
         _run("b", 10, seed=1, cpu_peak_mb=1050.0, leak={"leaking": False, "cpu_growth_mb_per_iter": 0.01}),
     )
@@ -82,7 +83,7 @@ def test_memory_threshold_floor_and_leak() -> None:
     gpu = next(f for f in cmp.unchanged if f.metric == "gpu_peak_mb")
     assert gpu.change == pytest.approx(1.0)  # +100%, but 0.2 MiB is below MEMORY_MIN_DELTA_MB
     mem = next(f for f in cmp.regressions if f.metric == "cpu_peak_mb")
-    assert (mem.base, mem.new, mem.p_value) == (1000.0, 1100.0, None)
+    assert (mem.base, mem.new, mem.p_value) == (1000.0, 1300.0, None)
 
 
 def test_deterministic_counts_threshold_and_changed_ops() -> None:
@@ -221,20 +222,31 @@ def test_sides_on_different_hardware_are_named() -> None:
 
 
 def test_memory_floor_scales_with_the_footprint_and_the_observed_spread() -> None:
-    from torchgauge.compare.regression import memory_floor_mb
+    from torchgauge.compare.regression import MEMORY_SPREAD_MULTIPLE, measured_spread, memory_floor_mb
 
     def mem(model, peak):
         return RunRecord(RunConfig(model, mode="eval"), "ok", metrics={"cpu_peak_mb": peak}, batch_size=2)
 
-    # one process a side: 2 x 2.5% of the peak must be exceeded as well as the threshold
-    small = compare_results(_rf(mem("m", 400.0)), _rf(mem("m", 430.0)))  # +7.5%, 30 MiB > floor 20
-    assert [f.metric for f in small.regressions] == ["cpu_peak_mb"] and small.regressions[0].detail["floor_mb"] == 20.0
-    # several processes a side whose own values spread 40 MiB: a 30 MiB move is noise
+    # one process a side: MEMORY_SPREAD_MULTIPLE x CPU_PEAK_SPREAD of the base peak must be exceeded too
+    floor = MEMORY_SPREAD_MULTIPLE * CPU_PEAK_SPREAD * 400.0
+    needed = max(floor, 0.07 * 400.0)  # and the threshold
+    above, below = 400.0 + needed + 1.0, 400.0 + needed - 1.0
+    big = compare_results(_rf(mem("m", 400.0)), _rf(mem("m", above)))
+    assert [f.metric for f in big.regressions] == ["cpu_peak_mb"]
+    assert big.regressions[0].detail["floor_mb"] == round(floor, 1)
+    assert not compare_results(_rf(mem("m", 400.0)), _rf(mem("m", below))).regressions
+    # the floor scales with the footprint: the same step is noise on a large peak
+    assert memory_floor_mb([4000.0], [4000.0 + floor + 1.0], CPU_PEAK_SPREAD) > floor + 1.0
+    # several processes a side whose own values spread more than the measured fraction: that spread counts
+    wide = 4 * CPU_PEAK_SPREAD * 400.0
     noisy = compare_results(
-        _rf(mem("m", 400.0), mem("m", 440.0), mem("m", 405.0)), _rf(mem("m", 430.0), mem("m", 432.0), mem("m", 470.0))
+        _rf(mem("m", 400.0), mem("m", 400.0 + wide), mem("m", 405.0)),
+        _rf(mem("m", 400.0 + 1.5 * wide), mem("m", 401.0 + 1.5 * wide), mem("m", 400.0 + 2 * wide)),
     )
     assert not noisy.regressions
-    assert memory_floor_mb([1.0], [1.5]) == 2.0  # the absolute floor for tiny peaks
+    assert noisy.unchanged[-1].detail["floor_mb"] == round(2 * wide, 1)
+    assert memory_floor_mb([1.0], [1.5], spread=CPU_PEAK_SPREAD) == 2.0  # the absolute floor for tiny peaks
+    assert measured_spread([400.0]) == 0.0 and measured_spread([390.0, 400.0, 410.0]) == pytest.approx(0.05)
 
 
 def test_time_signal_cpu_tests_the_process_cpu_time() -> None:

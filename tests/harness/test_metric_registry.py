@@ -32,6 +32,7 @@ def test_every_builtin_quantity_and_its_facts() -> None:
         "flops": (("flops", "total"), "FLOP/iter", "lower", True, COUNT_THRESHOLD, "exact"),
         "tflops": (("flops", "tflops"), "TFLOP/s", "higher", False, DEFAULT_THRESHOLD, "none"),
         "leak": (("leak", "cpu_growth_mb_per_iter"), "MiB/iter", "lower", False, DEFAULT_THRESHOLD, "flag"),
+        "cpu_tensor_peak_mb": (("tensor_memory", "cpu_peak_mb"), "MiB", "lower", True, DEFAULT_THRESHOLD, "memory"),
     }
     # the timed pass first; the counts in the order compare reports them
     assert [q.name for q in quantities()][:4] == ["time", "cpu_peak_mb", "gpu_peak_mb", "compile_s"]

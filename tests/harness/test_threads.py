@@ -47,6 +47,14 @@ def test_thread_record_marks_an_oversubscribed_measurement() -> None:
     assert quiet["oversubscribed"] is False
 
 
+def test_thread_record_keeps_the_allocator_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    snap = CpuSnapshot(0.0, 0.0, 0.0, 0.0)
+    env = thread_record(snap, snap, snap)["env"]
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "0" and "LD_PRELOAD" not in env
+
+
 def test_apply_thread_settings_sets_torch_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     saved = torch.get_num_threads()
     monkeypatch.setenv("OMP_NUM_THREADS", "7")

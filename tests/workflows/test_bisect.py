@@ -356,6 +356,9 @@ def test_thread_settings_are_pinned_and_part_of_the_cache_key(monkeypatch: pytes
     with_one = _host_identity()
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert _host_identity() != with_one  # a rerun under other OpenMP settings does not reuse points
+    with_two = _host_identity()
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    assert _host_identity() != with_two  # nor one under other allocator settings
 
 
 def test_bimodal_endpoints_make_the_culprit_uncertain():

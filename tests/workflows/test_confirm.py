@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchgauge.compare.regression import compare_results
+from torchgauge.harness.metrics import CPU_PEAK_SPREAD
 from torchgauge.results.schema import ResultsFile, RunConfig, RunRecord
 from torchgauge.workflows.confirm import ConfirmError, ConfirmRequest, confirm_comparison, rerun_command
 
@@ -20,7 +21,8 @@ PLANTED = str(Path(__file__).parents[1] / "fixtures" / "planted_models.py")
 A, B = "planted_ok", "planted_eval_only"
 
 # Stands in for `python -m torchgauge.cli run --mode=M ... --output=PATH -- MODEL...`: writes a
-# results file whose per-process level is LEVEL (+-1% process noise) and logs its call.
+# results file whose per-process level is LEVEL (+-1% process noise) and whose peak memory is
+# PEAK or PEAK + 20 MiB (the steps fresh processes show at full size), and logs its call.
 _FAKE = textwrap.dedent("""\
     #!{python}
     import json, random, sys
@@ -36,15 +38,18 @@ _FAKE = textwrap.dedent("""\
     for m in models:
         level = {levels!r}.get(m, 10.0) * (1 + 0.01 * rng.gauss(0, 1))
         samples = [level * (1 + 0.002 * rng.gauss(0, 1)) for _ in range(10)]
+        peak = {peaks!r}.get(m, 400.0) + rng.choice([0.0, 20.0])
         runs.append({{"model": m, "mode": mode, "device": "cpu", "status": "ok", "batch_size": 2,
-                      "requested_batch_size": None, "metrics": {{"time_ms": {{"samples": samples}}}}}})
+                      "requested_batch_size": None,
+                      "metrics": {{"time_ms": {{"samples": samples}}, "cpu_peak_mb": peak}}}})
     json.dump({{"schema_version": 1, "env": {{"side": {side!r}}}, "runs": runs}}, open(out, "w"))
 """)
 
 
-def _fake(tmp_path, side: str, levels: dict[str, float]) -> str:
+def _fake(tmp_path, side: str, levels: dict[str, float], peaks: dict[str, float] | None = None) -> str:
     path = tmp_path / f"python-{side}"
-    path.write_text(_FAKE.format(python=sys.executable, log=str(tmp_path / "calls.log"), side=side, levels=levels))
+    log = str(tmp_path / "calls.log")
+    path.write_text(_FAKE.format(python=sys.executable, log=log, side=side, levels=levels, peaks=peaks or {}))
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return str(path)
 
@@ -85,6 +90,40 @@ def test_confirm_keeps_real_and_dismisses_process_noise(tmp_path) -> None:
     # ABBA order, one call per side and round
     base, cand = f"base {B} {A}", f"cand {B} {A}"  # sorted names
     assert calls == [base, cand, cand, base] * 2 + [base, cand]
+
+
+def test_confirm_re_measures_flagged_memory_and_judges_the_process_medians(tmp_path) -> None:
+    # first comparison, one process a side: "a" +30% (real), "b" +18% (an outlying process); both
+    # beyond the threshold and the one-process floor (2 x CPU_PEAK_SPREAD of the base peak)
+    def rf(peak_a: float, peak_b: float) -> ResultsFile:
+        return ResultsFile(
+            env={},
+            runs=[
+                RunRecord(
+                    RunConfig(m, mode="eval"),
+                    "ok",
+                    metrics={"time_ms": {"samples": [10.0 + 0.01 * i for i in range(10)]}, "cpu_peak_mb": peak},
+                )
+                for m, peak in ((A, peak_a), (B, peak_b))
+            ],
+        )
+
+    cmp = compare_results(rf(400.0, 380.0), rf(520.0, 450.0))
+    assert {(f.config.model, f.metric) for f in cmp.regressions} == {(A, "cpu_peak_mb"), (B, "cpu_peak_mb")}
+    request = ConfirmRequest(
+        baseline_python=_fake(tmp_path, "base", {}),
+        candidate_python=_fake(tmp_path, "cand", {}, peaks={A: 520.0}),
+        rounds=4,
+        model_files=(PLANTED,),
+    )
+    out = confirm_comparison(cmp, request)
+    # reruns: base 400/420, candidate a 520/540, b 400/420 MiB: the medians keep "a" only
+    assert [(f.config.model, f.metric) for f in out.regressions] == [(A, "cpu_peak_mb")]
+    assert [(f.config.model, f.metric) for f in out.dismissed] == [(B, "cpu_peak_mb")]
+    kept = out.regressions[0]
+    assert (kept.n_base, kept.n_new) == (4, 4) and kept.detail["first_change"] == pytest.approx(0.3)
+    # 2 x the larger of CPU_PEAK_SPREAD of the base median (400-420 MiB) and the spread seen (0 or 20 MiB)
+    assert 2 * CPU_PEAK_SPREAD * 400 - 0.1 <= kept.detail["floor_mb"] <= 2 * max(CPU_PEAK_SPREAD * 420, 20.0) + 0.1
 
 
 def test_confirm_keeps_a_flag_it_could_not_remeasure(tmp_path) -> None:

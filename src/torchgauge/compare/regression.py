@@ -15,9 +15,10 @@ The rules (TorchBench's nightly guard, made noise-aware; docs/regression-detecti
   configuration (fresh processes, e.g. from ``compare --confirm`` or merged repeated
   runs), the per-process medians are tested instead of the pooled samples
   (:func:`~torchgauge.stats.compare.pooled_or_group_medians`).
-* **memory** (rule ``memory``: ``cpu_peak_mb``, ``gpu_peak_mb``): the threshold and a floor
-  scaled to the measured run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged
-  memory like time.
+* **memory** (rule ``memory``: ``cpu_peak_mb``, ``gpu_peak_mb``, ``cpu_tensor_peak_mb``): the
+  median change reaches the threshold and exceeds a floor scaled to the quantity's measured
+  run-to-run spread (:func:`memory_floor_mb`); ``--confirm`` re-measures flagged memory in
+  fresh processes like time, and judges the medians of the reruns.
 * **flags** (rule ``flag``: ``metrics["leak"]["leaking"]``) turning on (regression) or off (improvement).
 * **deterministic counts** (rule ``exact``: ``instructions``, ``op_counts``, ``flops``): the
   threshold alone (the quantity's own unless ``count_threshold``), reporting which
@@ -67,7 +68,6 @@ __all__ = [
     "EXIT_REGRESSION",
     "FINDING_KEYS",
     "MEMORY_MIN_DELTA_MB",
-    "MEMORY_RUN_TO_RUN_SPREAD",
     "MEMORY_SPREAD_MULTIPLE",
     "TIME_METRIC",
     "TIME_SIGNALS",
@@ -77,6 +77,7 @@ __all__ = [
     "compare_results",
     "exit_code",
     "hardware_note",
+    "measured_spread",
     "memory_floor_mb",
     "parse_threshold",
     "threads_note",
@@ -86,13 +87,9 @@ __all__ = [
 TIME_METRIC = quantity("time").record_key
 # A peak-memory change must also exceed this many MiB: a 0.2 -> 0.3 MiB GPU peak is +50% and nothing.
 MEMORY_MIN_DELTA_MB = 2.0
-# Run-to-run spread (max - min) of cpu_peak_mb across fresh processes, as a fraction of the
-# peak: at most 2.2% (resnet18 train, 9 MiB of 420) over 12 configurations x 6 processes
-# (benchmarks/memory_spread.py; docs/regression-detection.md). Rounded up. Smoke size only: at
-# full size resnet18 spread 5.1-6.5% (steps of 20-30 MiB), so there the threshold decides.
-MEMORY_RUN_TO_RUN_SPREAD = 0.025
-# A memory change must exceed this many times the spread: the spread observed between the
-# processes of either side when both sides have several, else MEMORY_RUN_TO_RUN_SPREAD of the peak.
+# A memory change must exceed this many times the run-to-run spread: the quantity's measured
+# ``spread`` (a fraction of the base value, harness.metrics) or, when both sides were measured
+# in several processes, the spread seen between them, whichever is larger.
 MEMORY_SPREAD_MULTIPLE = 2.0
 # Which per-step samples a rank test reads (the last key of its samples path): wall time, or the
 # process's CPU time (``cpu_samples``; with one intra-op thread it ignores time spent descheduled).
@@ -272,8 +269,8 @@ def _judge_untested(
     if not bv or not nv:
         return []
     if q.rule == "memory":
-        change = compare_values(median(bv), median(nv), threshold=threshold)
-        floor = memory_floor_mb(bv, nv, memory_min_delta_mb)
+        change = replace(compare_values(median(bv), median(nv), threshold=threshold), n_base=len(bv), n_new=len(nv))
+        floor = memory_floor_mb(bv, nv, q.spread, memory_min_delta_mb)
         if abs(change.new - change.base) < floor:
             change = replace(change, verdict="unchanged")
         return [_from_change(cfg, q.record_key, change, {"floor_mb": round(floor, 1)})]
@@ -283,24 +280,43 @@ def _judge_untested(
     return [_from_change(cfg, q.record_key, change, detail)]
 
 
-def memory_floor_mb(base: Sequence[float], new: Sequence[float], min_delta_mb: float = MEMORY_MIN_DELTA_MB) -> float:
-    """Smallest peak-memory change (MiB) that counts between these per-process values.
+def measured_spread(values: Sequence[float]) -> float:
+    """Run-to-run spread of per-process values: (max - min) / median (0 for fewer than two).
 
-    :data:`MEMORY_SPREAD_MULTIPLE` times the run-to-run spread: the spread seen within each
-    side when both were measured in several processes (``--confirm``, ``--rounds``), else
-    :data:`MEMORY_RUN_TO_RUN_SPREAD` of the base peak; never below ``min_delta_mb``.
+    What a memory quantity's ``spread`` fact is set from (the largest over the configurations
+    measured by benchmarks/memory_spread.py).
 
     Example:
-        >>> memory_floor_mb([400.0], [440.0])  # one process a side: 2 x 2.5% of 400 MiB
-        20.0
-        >>> memory_floor_mb([400.0, 409.0], [440.0, 441.0])  # observed spread 9 MiB
-        18.0
+        >>> measured_spread([400.0, 380.0, 402.0])
+        0.055
     """
+    if len(values) < 2:
+        return 0.0
+    return (max(values) - min(values)) / median(values)
+
+
+def memory_floor_mb(
+    base: Sequence[float], new: Sequence[float], spread: float, min_delta_mb: float = MEMORY_MIN_DELTA_MB
+) -> float:
+    """Smallest change (MiB) of a memory quantity that counts between these per-process values.
+
+    :data:`MEMORY_SPREAD_MULTIPLE` times the larger of the quantity's measured run-to-run
+    ``spread`` (a fraction of the base median: the floor scales with the footprint) and the
+    spread seen within each side when both were measured in several processes (``--confirm``
+    reruns, merged runs); never below ``min_delta_mb``.
+
+    Example:
+        >>> memory_floor_mb([400.0], [440.0], spread=0.025)  # one process a side: 2 x 2.5% of 400 MiB
+        20.0
+        >>> memory_floor_mb([400.0, 415.0], [440.0, 441.0], spread=0.025)  # observed spread 15 MiB
+        30.0
+        >>> memory_floor_mb([3.0], [5.0], spread=0.0)  # a deterministic quantity: the absolute floor
+        2.0
+    """
+    expected = spread * median(base)
     if len(base) >= 2 and len(new) >= 2:
-        spread = max(max(base) - min(base), max(new) - min(new))
-    else:
-        spread = MEMORY_RUN_TO_RUN_SPREAD * median(base)
-    return max(min_delta_mb, MEMORY_SPREAD_MULTIPLE * spread)
+        expected = max(expected, max(base) - min(base), max(new) - min(new))
+    return max(min_delta_mb, MEMORY_SPREAD_MULTIPLE * expected)
 
 
 def _flag_findings(q: Quantity, cfg: RunConfig, base: Sequence[RunRecord], new: Sequence[RunRecord]) -> list[Finding]:

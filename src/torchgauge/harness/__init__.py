@@ -10,4 +10,5 @@ from . import metrics  # noqa: F401  (the registry and the timed pass's quantiti
 from . import api_coverage  # noqa: F401  (registers the "coverage" metric)
 from . import breakdown  # noqa: F401  (registers the "breakdown" metric; torch-free until it runs)
 from . import instructions, op_counts, flops, leak  # noqa: F401  (counting metrics; this order is compare's)
+from . import tensor_memory  # noqa: F401  (registers the "tensor_memory" metric: live CPU tensor bytes)
 # isort: on

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "ALLOCATOR_ENV_VARS",
     "DEFAULT_INTRA_OP_THREADS",
     "DEFAULT_INTER_OP_THREADS",
     "OVERSUBSCRIBED_MARGIN_CPUS",
@@ -53,6 +54,20 @@ THREAD_ENV_VARS = (
     "KMP_BLOCKTIME",
     "KMP_AFFINITY",
     "MKL_NUM_THREADS",
+)
+
+# Environment variables that change how the C allocator holds and returns memory (glibc's
+# tunables, a preloaded jemalloc or tcmalloc): fixing glibc's thresholds moved peak RSS by up to
+# 16% and step time by 0.7-2.5x (docs/regression-detection.md, "Allocator settings tried"), so a
+# record keeps them beside the thread variables.
+ALLOCATOR_ENV_VARS = (
+    "MALLOC_ARENA_MAX",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+    "GLIBC_TUNABLES",
+    "LD_PRELOAD",
 )
 
 
@@ -168,7 +183,7 @@ def thread_record(start: CpuSnapshot, timed: CpuSnapshot, end: CpuSnapshot) -> d
     return {
         "intra_op": intra,
         "inter_op": torch.get_num_interop_threads(),
-        "env": {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ},
+        "env": {k: os.environ[k] for k in (*THREAD_ENV_VARS, *ALLOCATOR_ENV_VARS) if k in os.environ},
         "affinity": cpus,
         "cpu_count": os.cpu_count(),
         "others_busy_start": busy_start,  # average over the warm-up

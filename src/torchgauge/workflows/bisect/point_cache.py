@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...harness.threads import THREAD_ENV_VARS
+from ...harness.threads import ALLOCATOR_ENV_VARS, THREAD_ENV_VARS
 from .errors import BuildFailed
 from .measure import MeasureFn, measure_in_subprocess
 from .ranges import PointEnv, PointSource
@@ -54,8 +54,8 @@ def _host_identity() -> list[str]:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = ""
-    # the thread environment changes timings as much as the threads themselves
-    thread_env = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
+    # the thread and allocator environment change timings as much as the threads themselves
+    thread_env = {k: os.environ[k] for k in (*THREAD_ENV_VARS, *ALLOCATOR_ENV_VARS) if k in os.environ}
     return [platform.node(), platform.machine(), sys.executable, torch_version, json.dumps(thread_env, sort_keys=True)]
 
 

@@ -122,3 +122,16 @@ def test_measure_takes_repeat_and_warmup_and_measure_run_a_configuration() -> No
     record = measure_run(workload, config_for(workload, 4, 1, ("time",)))
     assert record.config.repeat == 4 and len(record.metrics["time_ms"]["samples"]) == 4
     assert record.domain == "other"  # copied from the registry entry when the workload was built
+
+
+def test_timing_metrics_count_the_steps_that_held_their_cpu() -> None:
+    from torchgauge.harness.timer import TimingSamples
+    from torchgauge.measurement import timing_metrics
+
+    ms = 1_000_000
+    # steps 2 and 4 waited for a CPU (wall 3x their CPU time), the other three did not
+    wall = (10 * ms, 30 * ms, 10 * ms, 31 * ms, 11 * ms)
+    cpu = (10 * ms, 10 * ms, 10 * ms, 10 * ms, 10 * ms)
+    t = timing_metrics(TimingSamples(wall_ns=wall, warmup_ns=(), cpu_ns=cpu))
+    assert t["undisturbed_fraction"] == 0.6 and t["undisturbed_median"] == 10.0
+    assert "undisturbed_fraction" not in timing_metrics(TimingSamples(wall_ns=wall, warmup_ns=()))

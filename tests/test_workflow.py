@@ -48,6 +48,22 @@ def test_workflow_is_valid_yaml_with_the_expected_jobs() -> None:
     assert "gh issue create" in scripts and "--pre torch" in scripts and "--shard" in scripts
 
 
+def test_cpu_shards_run_enough_interleaved_rounds_for_the_suite() -> None:
+    """Rounds let compare test process medians; a Holm-corrected test over every CPU configuration
+    of the suite (two modes per model at most) can reach alpha 0.01 only with ``rounds_needed`` of them."""
+    from torchgauge.registry import list_models
+    from torchgauge.stats.compare import rounds_needed
+
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    env = doc["env"]
+    assert int(env["ROUNDS"]) >= rounds_needed(2 * len(list_models()), 0.01)
+    assert int(env["REPEAT"]) >= 1 and int(env["WARMUP"]) >= 1
+    cpu_run = next(s["run"] for s in doc["jobs"]["cpu"]["steps"] if s.get("name") == "Run shard")
+    assert '--rounds "$ROUNDS" --repeat "$REPEAT" --warmup "$WARMUP"' in cpu_run
+    compare = next(s["run"] for s in doc["jobs"]["compare"]["steps"] if s.get("id") == "compare")
+    assert "--time-signal auto" in compare
+
+
 def test_workflow_calls_only_existing_commands_and_options() -> None:
     calls = [c for s in _run_scripts(yaml.safe_load(WORKFLOW.read_text())) for c in _torchgauge_calls(s)]
     used = {c[0] for c in calls}
@@ -215,6 +231,16 @@ def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
     assert (results / "cpu-shard-1.json").exists() and not (results / "cpu-shard-2.json").exists()
     runs = json.loads((results / "cpu-merged.json").read_text())["runs"]
     assert {(r["model"], r["status"]) for r in runs} == {("dagmm_kdd", "ok")}
+    # interleaved rounds: each configuration in ROUNDS processes of REPEAT steps, tested on CPU time
+    env = doc["env"]
+    for mode in ("train", "eval"):
+        of_mode = [r for r in runs if r["mode"] == mode]
+        assert len(of_mode) == int(env["ROUNDS"]), (mode, len(of_mode))
+        assert {(r["repeat"], r["warmup"]) for r in of_mode} == {(int(env["REPEAT"]), int(env["WARMUP"]))}
+    compared = json.loads((results / "cpu-compare.json").read_text())
+    assert compared["time_signal"] == "auto"
+    assert compared["time_signals"] == [{"signal": "cpu", "note": None, "configurations": 2}]
+    assert "Time tested on per-step process CPU time in 2 configuration" in (results / "cpu-report.md").read_text()
     assert (results / "cpu-report.md").stat().st_size > 0
     # The issue step runs only when compare exits 1; run the compare job again with every
     # step forced so that its script is executed whatever the noise decided.

@@ -25,6 +25,7 @@ from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, de
 from .results.schema import RunConfig, RunRecord
 from .stats.adaptive import AdaptiveRule
 from .stats.summary import summarize
+from .stats.undisturbed import undisturbed_median, undisturbed_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
@@ -54,6 +55,11 @@ def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
     if samples.cpu_ms is not None:
         out["cpu_samples"] = samples.cpu_ms
         out["cpu_median"] = summarize(samples.cpu_ms).median
+        # Steps whose CPU time is near their wall time held the CPU (one intra-op thread): the
+        # share of them says how much of the timed pass was descheduled (stats.undisturbed).
+        held = undisturbed_steps(wall, samples.cpu_ms)
+        out["undisturbed_fraction"] = round(len(held) / len(wall), 3) if wall else None
+        out["undisturbed_median"] = undisturbed_median(wall, samples.cpu_ms)
     if samples.device_ms is not None:
         out["device_samples"] = list(samples.device_ms)
         out["device_median"] = summarize(samples.device_ms).median

@@ -258,11 +258,66 @@ def test_time_signal_cpu_tests_the_process_cpu_time() -> None:
     steady = [10.0 + 0.01 * i for i in range(10)]
     # the candidate ran descheduled (wall x3) but its CPU time per step did not change
     base, new = _rf(rec(steady, steady)), _rf(rec([3 * v for v in steady], steady))
-    assert compare_results(base, new).regressions
+    assert compare_results(base, new, time_signal="wall").regressions
     cpu = compare_results(base, new, time_signal="cpu")
     assert not cpu.regressions and cpu.time_signal == "cpu"
-    with pytest.raises(ValueError, match="accepted: wall, cpu"):
+    assert cpu.unchanged[0].detail["signal"] == "cpu"
+    with pytest.raises(ValueError, match="accepted: auto, wall, cpu"):
         compare_results(base, new, time_signal="ticks")
+
+
+def _timed(wall, cpu=None, *, device="cpu", intra_op=1):
+    timing = {"samples": wall, **({"cpu_samples": cpu} if cpu is not None else {})}
+    return RunRecord(
+        RunConfig("m", mode="eval", device=device),
+        "ok",
+        batch_size=2,
+        metrics={"time_ms": timing},
+        threads={"intra_op": intra_op} if intra_op is not None else None,
+    )
+
+
+def test_auto_time_signal_tests_cpu_time_only_where_it_is_the_step_cost() -> None:
+    from torchgauge.report.regression import render_markdown, time_signal_line
+
+    steady = [10.0 + 0.01 * i for i in range(10)]
+    slow = [3 * v for v in steady]
+    # one thread on a CPU: the descheduled candidate (wall x3, same CPU time) is not a regression
+    cmp = compare_results(_rf(_timed(steady, steady)), _rf(_timed(slow, steady)))
+    assert cmp.time_signal == "auto" and not cmp.regressions
+    assert cmp.time_signals == {("cpu", None): 1}
+    assert (
+        time_signal_line(cmp) == "time tested on per-step process CPU time in 1 configuration(s) [--time-signal auto]"
+    )
+    assert "Time tested on per-step process CPU time" in render_markdown(cmp)
+    # where CPU time is not the step's cost, or not recorded, wall time is tested and the reason given
+    for base, new, note in (
+        (_timed(steady, steady, intra_op=2), _timed(slow, steady, intra_op=2), "2 intra-op threads"),
+        (_timed(steady, steady, device="cuda"), _timed(slow, steady, device="cuda"), "device cuda"),
+        (_timed(steady, steady, intra_op=None), _timed(slow, steady, intra_op=None), "not recorded"),
+        (_timed(steady), _timed(slow, steady), "no per-step CPU time in the base records"),
+    ):
+        cmp = compare_results(_rf(base), _rf(new))
+        (finding,) = cmp.regressions
+        assert finding.detail["signal"] == "wall" and note in finding.detail["signal_note"], finding.detail
+        assert "wall time in 1 configuration(s) (" in time_signal_line(cmp)
+
+
+def test_cpu_time_signal_falls_back_to_wall_time_for_old_records() -> None:
+    steady = [10.0 + 0.01 * i for i in range(10)]
+    # records stored before CPU time was recorded: --time-signal cpu still compares them, on wall time
+    cmp = compare_results(_rf(_timed(steady)), _rf(_timed([3 * v for v in steady])), time_signal="cpu")
+    (finding,) = cmp.regressions
+    assert finding.detail["signal"] == "wall"
+    assert finding.detail["signal_note"] == "no per-step CPU time in the base and new records"
+    assert cmp.to_dict()["time_signals"] == [
+        {"signal": "wall", "note": "no per-step CPU time in the base and new records", "configurations": 1}
+    ]
+    # explicit cpu keeps CPU time where auto would not (two threads): the user asked for it
+    two = compare_results(
+        _rf(_timed(steady, steady, intra_op=2)), _rf(_timed(steady, steady, intra_op=2)), time_signal="cpu"
+    )
+    assert two.time_signals == {("cpu", None): 1}
 
 
 def test_compare_says_when_the_sides_ran_with_different_threads() -> None:

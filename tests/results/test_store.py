@@ -155,3 +155,23 @@ def test_default_path_honours_env(monkeypatch, tmp_path) -> None:
     assert default_db_path() == tmp_path / "torchgauge" / "history.sqlite"
     monkeypatch.setenv("TORCHGAUGE_DB", str(tmp_path / "x.sqlite"))
     assert default_db_path() == tmp_path / "x.sqlite"
+
+
+def test_thread_settings_survive_the_store_and_old_databases_gain_the_column(tmp_path) -> None:
+    threads = {"intra_op": 1, "inter_op": 1, "env": {"OMP_NUM_THREADS": "1"}, "oversubscribed": False}
+    record = _rec("a", 10.0)
+    record.threads = threads
+    path = tmp_path / "h.sqlite"
+    with Store(path) as store:
+        suite = store.save(ResultsFile(env=ENV, runs=[record, _rec("b", 5.0)]))
+        a, b = store.load(suite).runs
+    assert a.threads == threads and b.threads is None  # compare's time signal and thread notes read them
+    # a version-3 database (before threads_json): opened for writing, it is migrated; its runs load without threads
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE runs DROP COLUMN threads_json")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with Store(path) as store:
+        assert store.schema_version == STORE_SCHEMA_VERSION
+        assert [r.threads for r in store.load(suite).runs] == [None, None]

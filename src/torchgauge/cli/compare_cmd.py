@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..compare.time_signal import DEFAULT_TIME_SIGNAL, TIME_SIGNAL_CHOICES
 from .params import SECONDS, model_file_option, threshold
 
 
@@ -128,11 +129,12 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per confirmation run.")
 @click.option(
     "--time-signal",
-    type=click.Choice(["wall", "cpu"]),
-    default="wall",
+    type=click.Choice(TIME_SIGNAL_CHOICES),
+    default=DEFAULT_TIME_SIGNAL,
     show_default=True,
-    help="Test wall time, or each step's process CPU time (one intra-op thread: ignores time spent "
-    "descheduled on a loaded machine; docs/regression-detection.md).",
+    help="Per-step series to test: wall time, each step's process CPU time (ignores time spent "
+    "descheduled on a loaded machine), or auto: CPU time for CPU runs with one intra-op thread, else "
+    "wall. Records without CPU samples are tested on wall time, with a note (docs/regression-detection.md).",
 )
 @click.option(
     "--allow-inconclusive",
@@ -155,7 +157,7 @@ def compare_command(**kw: object) -> int:
 
     from ..compare.code_changes import code_change_note, model_code_changes
     from ..compare.regression import EXIT_INCONCLUSIVE, compare_results, exit_code
-    from ..report.regression import FINDING_COLUMNS, comparison_json, finding_rows, render_markdown
+    from ..report.regression import FINDING_COLUMNS, comparison_json, finding_rows, render_markdown, time_signal_line
     from .terminal import Terminal
 
     term = Terminal(quiet=bool(kw["quiet"]))
@@ -225,6 +227,9 @@ def compare_command(**kw: object) -> int:
             term.info(
                 f"{len(cmp.dismissed)} flagged change(s) not confirmed by {cmp.confirm_rounds} fresh runs per side"
             )
+    signal_line = time_signal_line(cmp)
+    if signal_line:
+        term.info(signal_line)
     summary = (
         f"{len(cmp.regressions)} regression(s), {len(cmp.improvements)} improvement(s), "
         f"{len(cmp.new_failures)} new failure(s), {len(cmp.fixes)} fix(es), "

@@ -156,7 +156,7 @@ class Comparison:
     inconclusive: list[Finding] = field(default_factory=list)
     hardware_note: str | None = None  # set when the two sides (or a side's shards) ran on different hardware
     threads_note: str | None = None  # set when the two sides ran with different intra-op thread counts
-    time_signal: str = "wall"  # a key of TIME_SIGNALS: which per-step series was tested
+    time_signal: str = "auto"  # what was asked: "auto" or a key of TIME_SIGNALS (findings say what was tested)
 
     @property
     def has_regressions(self) -> bool:
@@ -166,6 +166,18 @@ class Comparison:
     def inconclusive_beyond_threshold(self) -> list[Finding]:
         """Inconclusive changes whose median change reaches the threshold: they fail a gate unless allowed."""
         return [f for f in self.inconclusive if f.change is not None and abs(f.change) >= self.threshold]
+
+    @property
+    def time_signals(self) -> dict[tuple[str, str | None], int]:
+        """(signal tested, why not the requested one or None) -> configurations judged so."""
+        tested: dict[Any, tuple[str, str | None]] = {}
+        for f in (*self.regressions, *self.improvements, *self.unchanged, *self.inconclusive, *self.dismissed):
+            if "signal" in f.detail:
+                tested.setdefault(f.config.key(), (f.detail["signal"], f.detail.get("signal_note")))
+        counts: dict[tuple[str, str | None], int] = {}
+        for key in tested.values():
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     @property
     def compared(self) -> int:
@@ -189,6 +201,9 @@ class Comparison:
             "hardware_note": self.hardware_note,
             "threads_note": self.threads_note,
             "time_signal": self.time_signal,
+            "time_signals": [
+                {"signal": signal, "note": note, "configurations": n} for (signal, note), n in self.time_signals.items()
+            ],
             "unchanged": len(self.unchanged),
             "confirm_rounds": self.confirm_rounds,
             "dismissed": [f.to_dict() for f in self.dismissed],

@@ -62,6 +62,7 @@ from .comparison import (
 )
 from .env_notes import hardware_note, threads_note
 from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, match_groups
+from .time_signal import DEFAULT_TIME_SIGNAL, TIME_SIGNAL_CHOICES, TIME_SIGNALS, signal_for
 
 __all__ = [
     "EXIT_INCONCLUSIVE",
@@ -91,9 +92,6 @@ MEMORY_MIN_DELTA_MB = 2.0
 # ``spread`` (a fraction of the base value, harness.metrics) or, when both sides were measured
 # in several processes, the spread seen between them, whichever is larger.
 MEMORY_SPREAD_MULTIPLE = 2.0
-# Which per-step samples a rank test reads (the last key of its samples path): wall time, or the
-# process's CPU time (``cpu_samples``; with one intra-op thread it ignores time spent descheduled).
-TIME_SIGNALS = {"wall": "samples", "cpu": "cpu_samples"}
 # The operator breakdown reported beside a changed count (metrics["op_counts"]["by_op"]).
 OP_COUNTS = "op_counts"
 # Order of the per-configuration findings after the rank-tested ones.
@@ -163,8 +161,8 @@ def _status_change(pair: GroupPair) -> StatusChange | None:
 def _check_judge_args(threshold: float, alpha: float, correction: str, time_signal: str) -> None:
     if correction not in CORRECTIONS:
         raise ValueError(f"invalid correction {correction!r}; accepted: {', '.join(CORRECTIONS)}")
-    if time_signal not in TIME_SIGNALS:
-        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNALS)}")
+    if time_signal not in TIME_SIGNAL_CHOICES:
+        raise ValueError(f"invalid time signal {time_signal!r}; accepted: {', '.join(TIME_SIGNAL_CHOICES)}")
     if not 0 < alpha < 1:
         raise ValueError(f"invalid alpha {alpha}; accepted: a probability strictly between 0 and 1, e.g. 0.01")
     if not threshold > 0:
@@ -180,7 +178,7 @@ def compare_results(
     correction: str = DEFAULT_CORRECTION,
     count_threshold: float | None = None,
     memory_min_delta_mb: float = MEMORY_MIN_DELTA_MB,
-    time_signal: str = "wall",
+    time_signal: str = DEFAULT_TIME_SIGNAL,
 ) -> Comparison:
     """Judge every configuration present in both result sets.
 
@@ -194,7 +192,10 @@ def compare_results(
         count_threshold: threshold for every deterministic count; default per quantity
             (its registered ``threshold``: ``stats.deterministic``'s named constants).
         memory_min_delta_mb: absolute floor of a memory change (MiB).
-        time_signal: ``"wall"`` (time_ms samples) or ``"cpu"`` (per-step process CPU time).
+        time_signal: ``"wall"`` (time_ms samples), ``"cpu"`` (per-step process CPU time) or
+            ``"auto"`` (CPU time where it is the step's cost, else wall; :func:`signal_for`).
+            Either way a side without CPU samples is tested on wall time; each time finding's
+            ``detail["signal"]`` names what was tested (``signal_note`` why, when not asked for).
 
     Returns:
         A :class:`Comparison`; findings are in base order, time first.
@@ -206,7 +207,7 @@ def compare_results(
     _check_judge_args(threshold, alpha, correction, time_signal)
     tested = [q for q in quantities() if q.rule == "rank_test"]
     untested = [q for rule in _UNTESTED_RULES for q in quantities() if q.rule == rule]
-    timed: list[tuple[RunConfig, str, Change]] = []
+    timed: list[tuple[RunConfig, str, Change, dict[str, str]]] = []
     others: list[Finding] = []
     new_failures: list[StatusChange] = []
     fixes: list[StatusChange] = []
@@ -220,19 +221,21 @@ def compare_results(
             unmatched.append(pair.unmatched)
             continue
         cfg = pair.new[0].config
+        signal, note = signal_for(time_signal, pair.base, pair.new)
+        tested_on = {"signal": signal, **({"signal_note": note} if note else {})}
         for q in tested:
-            path = (*q.samples[:-1], TIME_SIGNALS[time_signal])
+            path = (*q.samples[:-1], TIME_SIGNALS[signal])
             bt, nt = _sample_groups(pair.base, path), _sample_groups(pair.new, path)
             if bt and nt:
                 change = compare_samples(
                     pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha
                 )
-                timed.append((cfg, q.record_key, change))
+                timed.append((cfg, q.record_key, change, tested_on))
         for q in untested:
             others.extend(_judge_untested(q, cfg, pair, threshold, count_threshold, memory_min_delta_mb))
 
-    judged = judge([c for _, _, c in timed], correction)
-    findings = [_from_change(cfg, metric, c) for (cfg, metric, _), c in zip(timed, judged)] + others
+    judged = judge([c for _, _, c, _ in timed], correction)
+    findings = [_from_change(cfg, metric, c, on) for (cfg, metric, _, on), c in zip(timed, judged)] + others
     inconclusive = [f for f in findings if f.verdict == "inconclusive"]
     inconclusive.sort(key=lambda f: f.change is None or abs(f.change) < threshold)  # beyond the threshold first
     return Comparison(

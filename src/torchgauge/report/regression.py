@@ -16,7 +16,15 @@ from ..compare.regression import Comparison, Finding, StatusChange
 from ..harness.metrics import Quantity, quantities
 from .escape import markdown_code, markdown_text
 
-__all__ = ["ENV_KEYS", "FINDING_COLUMNS", "comparison_json", "finding_rows", "format_value", "render_markdown"]
+__all__ = [
+    "ENV_KEYS",
+    "FINDING_COLUMNS",
+    "comparison_json",
+    "finding_rows",
+    "format_value",
+    "render_markdown",
+    "time_signal_line",
+]
 
 FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-value")
 # Environment fields shown side by side, in this order (the JSON keeps the whole env).
@@ -113,6 +121,22 @@ def _ops_lines(findings: Iterable[Finding]) -> list[str]:
     return out
 
 
+# How each tested signal is named for people.
+_SIGNAL_NAMES = {"cpu": "per-step process CPU time", "wall": "wall time"}
+
+
+def time_signal_line(cmp: Comparison) -> str | None:
+    """Which per-step time series the rank tests read, per configuration, and why wall time
+    where CPU time was asked for (None when no time was tested)."""
+    counts = cmp.time_signals
+    if not counts:
+        return None
+    parts = []
+    for (signal, note), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        parts.append(f"{_SIGNAL_NAMES.get(signal, signal)} in {n} configuration(s)" + (f" ({note})" if note else ""))
+    return f"time tested on {'; '.join(parts)} [--time-signal {cmp.time_signal}]"
+
+
 def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str = "new") -> str:
     """The comparison as a Markdown document (a GitHub issue body).
 
@@ -148,6 +172,9 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
                 f"**Warning: {count} configuration(s) missing from {markdown_text(label)}** (not compared; see below).",
                 "",
             ]
+    signal_line = time_signal_line(cmp)
+    if signal_line:
+        lines += [markdown_text(signal_line[0].upper() + signal_line[1:]) + ".", ""]
     for note in (cmp.hardware_note, cmp.threads_note):
         if note:
             lines += [f"**Warning: {markdown_text(note)}**", ""]

@@ -11,7 +11,7 @@ Layout (``STORE_SCHEMA_VERSION``)::
     runs(id, suite_id, env_id, model, domain, mode, device, precision, backend,
          batch_size, requested_batch_size, size, repeat, warmup, seed, status, error,
          started_at, wall_s, requested_metrics_json, options_json, model_kwargs_json,
-         metrics_json, samples_json, model_code_hash)
+         metrics_json, samples_json, model_code_hash, threads_json)
                                            -- one RunRecord; samples_json holds the raw
                                            -- time samples that metrics_json leaves out
 
@@ -153,6 +153,9 @@ class Store(StoreQueries):
             if version < 3:  # runs.model_code_hash; NULL for runs stored before it
                 self._conn.execute("ALTER TABLE runs ADD COLUMN model_code_hash TEXT")
                 self._conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+            if version < 4:  # runs.threads_json (the record's thread settings); NULL for runs stored before it
+                self._conn.execute("ALTER TABLE runs ADD COLUMN threads_json TEXT")
+                self._conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
 
     def _check_schema(self) -> None:
         """Read-only open: the file must already be a torchgauge database this version reads."""
@@ -250,8 +253,8 @@ class Store(StoreQueries):
         cur = self._conn.execute(
             "INSERT INTO runs (suite_id, env_id, model, domain, mode, device, precision, backend, batch_size,"
             " requested_batch_size, size, repeat, warmup, seed, status, error, started_at, wall_s,"
-            " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json, model_code_hash)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " requested_metrics_json, options_json, model_kwargs_json, metrics_json, samples_json, model_code_hash,"
+            " threads_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 suite_id,
                 env_id,
@@ -277,6 +280,7 @@ class Store(StoreQueries):
                 _dumps(metrics),
                 _dumps(samples),
                 record.model_code_hash,
+                None if record.threads is None else _dumps(record.threads),
             ),
         )
         return int(cur.lastrowid)

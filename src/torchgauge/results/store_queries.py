@@ -185,4 +185,5 @@ class StoreQueries:
             wall_s=row["wall_s"] or 0.0,
             env=None if suite_env_id is not None and row["env_id"] == suite_env_id else json.loads(row["env_json"]),
             model_code_hash=row["model_code_hash"] if "model_code_hash" in row.keys() else None,  # store schema >= 3
+            threads=json.loads(row["threads_json"]) if "threads_json" in row.keys() and row["threads_json"] else None,
         )

@@ -29,7 +29,7 @@ __all__ = [
     "default_db_path",
 ]
 
-STORE_SCHEMA_VERSION = 3  # 2: suites.completed_at; 3: runs.model_code_hash
+STORE_SCHEMA_VERSION = 4  # 2: suites.completed_at; 3: runs.model_code_hash; 4: runs.threads_json
 # Environment variable naming the database (overrides the XDG default).
 DB_ENV_VAR = "TORCHGAUGE_DB"
 # Seconds a writer waits (SQLite retries with a growing backoff) for another writer's lock
@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS runs (
     repeat INTEGER, warmup INTEGER, seed INTEGER,
     status TEXT NOT NULL, error TEXT, started_at TEXT, wall_s REAL,
     requested_metrics_json TEXT, options_json TEXT, model_kwargs_json TEXT,
-    metrics_json TEXT NOT NULL, samples_json TEXT NOT NULL, model_code_hash TEXT
+    metrics_json TEXT NOT NULL, samples_json TEXT NOT NULL, model_code_hash TEXT, threads_json TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_config ON runs (model, mode, device, precision, backend);
 CREATE INDEX IF NOT EXISTS runs_by_suite ON runs (suite_id);

@@ -82,6 +82,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # store.py's version 3: runs.model_code_hash (NULL for runs stored before it).
     3: ("ALTER TABLE runs ADD COLUMN model_code_hash TEXT",),
+    # store.py's version 4: runs.threads_json (the record's thread settings; NULL before it).
+    4: ("ALTER TABLE runs ADD COLUMN threads_json TEXT",),
 }
 # Tables whose INSERTs report the new row's id (SQLite's cursor.lastrowid).
 _ID_TABLES = re.compile(r"^\s*INSERT INTO (environments|suites|runs)\b", re.IGNORECASE)

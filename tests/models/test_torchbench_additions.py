@@ -64,9 +64,12 @@ def test_distil_whisper_eval_features() -> None:
 def test_sam_returns_three_masks_at_the_photo_size() -> None:
     w = torchgauge.create("sam", mode="eval", size="smoke")
     masks, scores, low_res = w.step()
-    photo = w.inputs[0]
+    photo, point, label = w.inputs
     assert masks.dtype == torch.bool and masks.shape == (1, 3, *photo.shape[:2])
     assert scores.shape == (1, 1, 3)
+    # SamPredictor's inputs: a uint8 RGB photo and int64 point/label arrays, all on the host
+    assert (photo.dtype, point.dtype, label.dtype) == (torch.uint8, torch.int64, torch.int64)
+    assert {t.device.type for t in w.inputs} == {"cpu"} and tuple(point.shape) == (1, 2)
 
 
 def test_torch_multimodal_clip_one_word_captions() -> None:

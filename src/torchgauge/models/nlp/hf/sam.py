@@ -11,8 +11,10 @@ TorchBench's ``sam`` eval runs ``SamPredictor``: ``set_image`` resizes a 1800x12
 longest side is 1024, normalises and pads it to 1024x1024 and encodes it; ``predict`` with one
 foreground point at (500, 375) and ``multimask_output=True`` decodes three low-resolution masks,
 upsamples them to the original size and thresholds them. :class:`SegmentAnythingWorkload`
-does the same steps on a seeded synthetic photo (the resize with ``F.interpolate`` on the device,
-where the predictor uses PIL on the host). TorchBench declares an eval batch of 32 but its step
+does the same steps on a seeded synthetic photo with the predictor's types and places: the photo
+is a uint8 (H, W, 3) host array, resized on the host to uint8 (antialiased bilinear, as PIL's
+resize) and then copied to the device; the point and its label are int64 host arrays made float
+on the device. TorchBench declares an eval batch of 32 but its step
 handles one image whatever the batch; we declare its 32 too, and ``samples_per_step`` says a
 step processes one image, which throughput counts. No training (TorchBench has none).
 
@@ -45,7 +47,7 @@ SAM_VIT_H = {
 SAM_SMOKE = {**SAM_VIT_H, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
              "global_attn_indexes": [1], "mlp_dim": 64, "image_size": 64, "window_size": 2}  # fmt: skip
 PHOTO_HW = (1200, 1800)  # TorchBench's truck.jpg
-POINT_XY = (500.0, 375.0)  # TorchBench's prompt, in original pixel coordinates
+POINT_XY = (500, 375)  # TorchBench's prompt, in original pixel coordinates
 PIXEL_MEAN = (123.675, 116.28, 103.53)
 PIXEL_STD = (58.395, 57.12, 57.375)
 
@@ -53,21 +55,32 @@ PIXEL_STD = (58.395, 57.12, 57.375)
 class SegmentAnythingWorkload(Workload):
     """``set_image`` + ``predict(point, multimask_output=True)``: masks ``(1, 3, H, W)`` as booleans."""
 
-    def __init__(self, ctx: BuildContext, module: torch.nn.Module, photo: torch.Tensor, point: torch.Tensor) -> None:
-        super().__init__(ctx, module, (photo, point))
+    def __init__(
+        self,
+        ctx: BuildContext,
+        module: torch.nn.Module,
+        photo: torch.Tensor,
+        point: torch.Tensor,
+        label: torch.Tensor,
+    ) -> None:
+        super().__init__(ctx, module, (photo, point, label))
         self.side = module.config.vision_config.image_size
+        self.dtype = next(module.parameters()).dtype
 
     def forward(self) -> Any:
-        photo, point = self.inputs  # (H, W, 3) in 0..255, (2,) as (x, y)
+        photo, point, label = self.inputs  # host: uint8 (H, W, 3), int64 (1, 2) as (x, y), int64 (1,)
         h, w = photo.shape[:2]
         scale = self.side / max(h, w)
         new_hw = (int(h * scale + 0.5), int(w * scale + 0.5))  # ResizeLongestSide
-        image = F.interpolate(photo.permute(2, 0, 1)[None], size=new_hw, mode="bilinear", antialias=True)
+        # set_image: PIL resizes the uint8 photo on the host; torch.as_tensor copies it to the device
+        resized = F.interpolate(photo.permute(2, 0, 1)[None].float(), size=new_hw, mode="bilinear", antialias=True)
+        image = resized.round().clamp(0, 255).to(torch.uint8).to(self.device).to(self.dtype)
         mean = image.new_tensor(PIXEL_MEAN).view(1, 3, 1, 1)
         std = image.new_tensor(PIXEL_STD).view(1, 3, 1, 1)
         image = F.pad((image - mean) / std, (0, self.side - new_hw[1], 0, self.side - new_hw[0]))
-        points = (point * scale).view(1, 1, 1, 2)  # (batch, point batch, points, xy)
-        labels = torch.ones(1, 1, 1, dtype=torch.long, device=point.device)
+        # predict: apply_coords scales the numpy point; both arrays become device tensors
+        points = (point.to(self.device, self.dtype) * scale).view(1, 1, 1, 2)  # (batch, point batch, points, xy)
+        labels = label.to(self.device).view(1, 1, 1)
         out = self.module(pixel_values=image, input_points=points, input_labels=labels, multimask_output=True)
         low_res = out.pred_masks[:, 0]  # (1, 3, 256, 256) at side / 4
         masks = F.interpolate(low_res, size=(self.side, self.side), mode="bilinear", align_corners=False)
@@ -87,9 +100,12 @@ def _create_sam(ctx: BuildContext, dtype: torch.dtype = torch.float32, **overrid
     with torch.device(ctx.device):
         model = transformers.SamModel(config).to(dtype)
     hw = ctx.pick(PHOTO_HW, (48, 72))
-    photo = (ctx.rand(*hw, 3) * 255.0).to(dtype)  # a seeded stand-in for the photo
-    point = torch.tensor(ctx.pick(POINT_XY, (20.0, 15.0)), device=ctx.device, dtype=dtype)
-    return SegmentAnythingWorkload(ctx, model, photo, point)
+    # the predictor's inputs live on the host whatever the device (a seeded stand-in for the photo)
+    host = torch.Generator(device="cpu").manual_seed(ctx.seed)
+    photo = torch.randint(0, 256, (*hw, 3), generator=host, dtype=torch.uint8, device="cpu")
+    point = torch.tensor([ctx.pick(POINT_XY, (20, 15))], dtype=torch.int64, device="cpu")
+    label = torch.ones(1, dtype=torch.int64, device="cpu")
+    return SegmentAnythingWorkload(ctx, model, photo, point, label)
 
 
 _SOURCE = "Kirillov et al., Segment Anything, 2023; Hugging Face transformers SamModel (Apache-2.0)"

@@ -184,3 +184,13 @@ def test_paint_with_opaque_strokes_leaves_the_last_colour() -> None:
 
     blank = torch.full((1, 3, 4, 4), 0.3)
     torch.testing.assert_close(paint(actions.view(1, 65), blank, clear_renderer), blank)
+
+
+def test_warm_up_refuses_a_buffer_smaller_than_the_update_batch() -> None:
+    # A buffer that can never hold one update batch used to make warm-up loop forever
+    # (drq at smoke size: 4 x batch 1 rows against 128 sampled).
+    workload = torchgauge.create("soft_actor_critic", mode="train", size="smoke", seed=0)
+    workload.buffer.capacity = workload.update_batch_size - 1
+    workload.buffer.size = 0
+    with pytest.raises(ValueError, match="replay buffer holds .* an update samples"):
+        workload.warm_up()

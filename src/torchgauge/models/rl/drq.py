@@ -205,7 +205,9 @@ def _create_drq(ctx: BuildContext, **kwargs) -> Workload:
     cfg = DrQConfig(**{**smoke, **kwargs})
     env = MockPixelEnv(ctx, cfg.num_envs if ctx.train else ctx.batch_size, cfg)
     agent = DrQAgent(env.obs_shape, env.action_dim, cfg).to(ctx.device)
-    buffer = ReplayBuffer.for_training(ctx, cfg.replay_capacity, env.obs_shape, torch.uint8, env.action_dim)
+    buffer = ReplayBuffer.for_training(
+        ctx, cfg.replay_capacity, env.obs_shape, torch.uint8, env.action_dim, update_batch_size=cfg.update_batch_size
+    )
     return DrQ(ctx, agent, env, buffer, cfg).warm_up()
 
 

@@ -146,16 +146,25 @@ class ReplayBuffer:
 
     @classmethod
     def for_training(
-        cls, ctx: BuildContext, capacity: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype, action_dim: int
+        cls,
+        ctx: BuildContext,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: torch.dtype,
+        action_dim: int,
+        update_batch_size: int | None = None,
     ) -> ReplayBuffer | None:
         """A buffer of (obs, action, reward, next_obs, terminal) rows on ``ctx.device``; None in eval.
 
-        At size="smoke" it holds four batches instead of ``capacity``.
+        At size="smoke" it holds four update batches instead of ``capacity``: an update samples
+        ``update_batch_size`` rows (default: the batch size), which may exceed the declared batch
+        (drq declares 1 and samples 128), and warm-up must be able to fill one.
         """
         if not ctx.train:
             return None
+        rows = update_batch_size or ctx.batch_size
         obs, scalar = (tuple(obs_shape), obs_dtype), ((1,), torch.float32)
-        return cls(ctx.pick(capacity, 4 * ctx.batch_size), ctx.device, device_generator(ctx), obs=obs, next_obs=obs,
+        return cls(ctx.pick(capacity, 4 * rows), ctx.device, device_generator(ctx), obs=obs, next_obs=obs,
                    action=((action_dim,), torch.float32), reward=scalar, terminal=scalar)  # fmt: skip
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:

@@ -188,6 +188,11 @@ class OffPolicyWorkload(Workload):
     def warm_up(self) -> OffPolicyWorkload:
         """Fill the buffer with one update batch of random-action transitions (build time, not timed)."""
         if self.buffer is not None:
+            if self.buffer.capacity < self.update_batch_size:  # it could never fill: refuse, do not spin
+                raise ValueError(
+                    f"replay buffer holds {self.buffer.capacity} transitions but an update samples "
+                    f"{self.update_batch_size}: give the buffer a capacity of at least the update batch"
+                )
             while len(self.buffer) < self.update_batch_size:
                 self.collect(random_actions=True)
         return self

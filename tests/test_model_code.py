@@ -86,12 +86,15 @@ def test_store_keeps_the_hash_and_migrates_a_version_2_database(tmp_path) -> Non
     with Store(db) as store:
         suite = store.save(results)
         assert store.load(suite).runs[0].model_code_hash == "feedface00000000"
-    conn = sqlite3.connect(db)  # as a database written before the column existed
-    conn.executescript("ALTER TABLE runs DROP COLUMN model_code_hash; UPDATE meta SET value = '2';")
+    conn = sqlite3.connect(db)  # as a database written before the column existed (and version 4's threads_json)
+    conn.executescript(
+        "ALTER TABLE runs DROP COLUMN model_code_hash; ALTER TABLE runs DROP COLUMN threads_json;"
+        " UPDATE meta SET value = '2';"
+    )
     conn.close()
     with Store(db, readonly=True) as store:
         assert store.load(suite).runs[0].model_code_hash is None
     with Store(db) as store:
-        assert store.schema_version == STORE_SCHEMA_VERSION == 3
+        assert store.schema_version == STORE_SCHEMA_VERSION
         store.save(results)
         assert [r.model_code_hash for s in (1, 2) for r in store.load(s).runs] == [None, "feedface00000000"]

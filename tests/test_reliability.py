@@ -705,7 +705,7 @@ def test_a_version_1_database_is_migrated_with_its_suites_complete(tmp_path) -> 
     conn = sqlite3.connect(db)  # make it look like a database written before completed_at
     conn.executescript(
         "ALTER TABLE suites DROP COLUMN completed_at; ALTER TABLE runs DROP COLUMN model_code_hash;"
-        " UPDATE meta SET value = '1';"
+        " ALTER TABLE runs DROP COLUMN threads_json; UPDATE meta SET value = '1';"
     )
     conn.close()
     with Store(db, readonly=True) as store:

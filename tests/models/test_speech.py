@@ -172,8 +172,18 @@ def test_speech_transformer_targets_end_with_eos() -> None:
     assert ((w.targets == -1) == ~ys_valid).all()
 
 
-def test_tacotron2_eval_decodes_as_many_frames_as_the_targets() -> None:
-    w = torchgauge.create("tacotron2", mode="eval", size="smoke")
+def test_tacotron2_inference_decodes_as_many_frames_as_the_targets() -> None:
+    w = torchgauge.create("tacotron2_inference", mode="eval", size="smoke")
     mel, gate = w.step()
     frames = w.inputs[2].size(2)
     assert mel.shape == (2, 80, frames) and gate.shape == (2, frames)
+
+
+def test_tacotron2_eval_is_the_teacher_forced_forward() -> None:
+    # TorchBench's tacotron2 eval runs the training forward on the target mels, not synthesis
+    w = torchgauge.create("tacotron2", mode="eval", size="smoke")
+    mel, mel_post, gate = w.step()
+    _, _, mels, mel_lens = w.inputs
+    assert mel.shape == mel_post.shape == mels.shape and gate.shape == (2, mels.size(2))
+    padding = torch.arange(mels.size(2)) >= mel_lens[:, None]
+    assert padding.any() and (mel_post.transpose(1, 2)[padding] == 0).all() and (gate[padding] == 1e3).all()

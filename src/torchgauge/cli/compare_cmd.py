@@ -236,9 +236,9 @@ def compare_command(**kw: object) -> int:
         f"{len(cmp.inconclusive)} inconclusive in {cmp.compared} configuration(s) ({new_label} vs {base_label})"
     )
     code = exit_code(cmp, allow_inconclusive=bool(kw["allow_inconclusive"]))
-    (term.error if code else term.success)(summary)
+    (term.failure if code else term.success)(summary)
     if code == EXIT_INCONCLUSIVE:
-        term.error(
+        term.failure(
             f"{len(cmp.inconclusive_beyond_threshold)} change(s) beyond the threshold could not be tested "
             f"(exit {EXIT_INCONCLUSIVE}); rerun with more --repeat or pass --allow-inconclusive"
         )

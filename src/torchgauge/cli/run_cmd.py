@@ -275,11 +275,13 @@ def run_command(**kw: object) -> None:
 
         paths = write_performance_csv(kw["csv_path"], suite_performance_rows(results.runs))
         term.info("dynamo performance CSV written to " + ", ".join(str(p) for p in paths))
-    crowded = [r.config.model for r in results.runs if (r.threads or {}).get("oversubscribed")]
+    crowded = [r for r in results.runs if (r.threads or {}).get("oversubscribed")]
     if crowded:
+        names = list(dict.fromkeys(f"{r.config.model}/{r.config.mode}" for r in crowded))  # rounds repeat a name
         term.warning(
             f"{len(crowded)} run(s) were oversubscribed (their threads plus other processes' work exceeded "
-            f"the CPUs): their timings are unreliable; see each record's 'threads' ({', '.join(crowded[:5])})"
+            f"the CPUs): their timings are unreliable; see each record's 'threads' ({', '.join(names[:5])}"
+            f"{', ...' if len(names) > 5 else ''})"
         )
     code = exit_code(results.runs)
     if code == DEVICE_MISSING_EXIT_CODE:

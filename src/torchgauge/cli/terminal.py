@@ -62,6 +62,11 @@ class Terminal:
             Text.assemble(("warning:", "yellow"), " ", terminal_text(message)), highlight=False, soft_wrap=True
         )
 
+    def failure(self, message: str) -> None:
+        """A verdict that fails (a regression, an undecidable change): red, and no ``error:`` prefix,
+        which is kept for a command that could not finish."""
+        self.err.print(Text(terminal_text(message), style="bold red"), highlight=False, soft_wrap=True)
+
     def error(self, message: str) -> None:
         self.err.print(Text.assemble(("error:", "red"), " ", terminal_text(message)), highlight=False, soft_wrap=True)
 

@@ -99,14 +99,36 @@ def config_for(workload: Workload, repeat: int, warmup: int, metrics: Iterable[s
 
 
 def nonfinite_parameters(workload: Workload) -> list[str]:
-    """Names of the module's floating-point parameters that hold a NaN or an infinity."""
+    """Names of the module's floating-point parameters that hold a NaN or an infinity.
+
+    Every process of a training run checks its own parameters (its timings are what the check
+    vouches for), so the check must cost little beside a step: a real parameter is finite exactly
+    when its minimum and maximum are (``aminmax`` propagates NaN), one read of the tensor with
+    nothing allocated; ``isfinite(p).all()`` allocated a mask of every element and cost
+    4.5-5.1 s of CPU on dlrm's 514M full-size parameters against 0.27 s (a step: 0.9 s).
+    """
     import torch
 
     named = [(n, p) for n, p in workload.module.named_parameters() if p.is_floating_point() or p.is_complex()]
     if not named:
         return []
-    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()  # one device sync
+    with torch.no_grad():
+        ends = [_extremes(p.detach()) for _, p in named]
+        finite = torch.isfinite(torch.stack(ends)).all(dim=1).tolist()  # one device sync
     return [n for (n, _), ok in zip(named, finite) if not ok]
+
+
+def _extremes(tensor: Any) -> Any:
+    """Two float32 values that are both finite exactly when every element of ``tensor`` is."""
+    import torch
+
+    if tensor.numel() == 0:
+        return torch.zeros(2, device=tensor.device)
+    if tensor.is_complex() or tensor.layout != torch.strided:  # aminmax takes real dense tensors
+        ok = torch.isfinite(tensor.to_dense() if tensor.layout != torch.strided else tensor).all()
+        return torch.where(ok, 0.0, float("nan")).float().expand(2)
+    low, high = torch.aminmax(tensor)
+    return torch.stack((low.float(), high.float()))
 
 
 def _divergence_reason(workload: Workload, steps: int, precision: str) -> str | None:

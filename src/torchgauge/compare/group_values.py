@@ -10,19 +10,25 @@ process medians, for time). ``compare``, ``history`` and the dashboard read grou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..harness.metrics import Quantity
-from ..results.schema import RunRecord
 from ..stats.compare import median
 
-__all__ = ["AGREEMENT_SPREAD_MULTIPLE", "GroupValue", "agree", "group_value", "listed", "record_values"]
+__all__ = ["AGREEMENT_SPREAD_MULTIPLE", "GroupValue", "Measured", "agree", "group_value", "listed", "record_values"]
 
 # Records agree on a deterministic quantity when their values spread (max - min) by at most this
 # many times its measured run-to-run spread (Quantity.spread) of their median: exact counts
 # (spread 0) must be equal; instructions may wobble by 2 x 0.2%.
 AGREEMENT_SPREAD_MULTIPLE = 2.0
+
+
+class Measured(Protocol):
+    """A run record or a stored series point: anything with a record's ``metrics``."""
+
+    metrics: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class GroupValue:
     disagree: bool = False  # deterministic records whose values differ beyond the quantity's spread
 
 
-def record_values(records: Sequence[RunRecord], q: Quantity) -> list[float]:
+def record_values(records: Sequence[Measured], q: Quantity) -> list[float]:
     """The finite values of ``q`` in ``records``, in order; records that do not carry it are left out."""
     return [v for v in (q.value(rec.metrics) for rec in records) if v is not None]
 
@@ -50,7 +56,7 @@ def agree(values: Sequence[float], spread: float) -> bool:
     return not values or max(values) - min(values) <= AGREEMENT_SPREAD_MULTIPLE * spread * abs(median(values))
 
 
-def group_value(records: Sequence[RunRecord], q: Quantity) -> GroupValue:
+def group_value(records: Sequence[Measured], q: Quantity) -> GroupValue:
     """``q``'s value for one configuration's records: deterministic, the records' common value
     (None and ``disagree`` when they differ); otherwise the median of their values."""
     values = record_values(records, q)

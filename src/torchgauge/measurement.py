@@ -105,7 +105,7 @@ def nonfinite_parameters(workload: Workload) -> list[str]:
     vouches for), so the check must cost little beside a step: a real parameter is finite exactly
     when its minimum and maximum are (``aminmax`` propagates NaN), one read of the tensor with
     nothing allocated; ``isfinite(p).all()`` allocated a mask of every element and cost
-    4.5-5.1 s of CPU on dlrm's 514M full-size parameters against 0.27 s (a step: 0.9 s).
+    3.7-5.1 s of CPU on dlrm's 514M full-size parameters against 0.26-0.28 s (a step: 0.9-1.2 s).
     """
     import torch
 

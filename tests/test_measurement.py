@@ -104,6 +104,7 @@ def test_nonfinite_parameters_finds_each_kind_of_bad_value_in_every_parameter_ty
         "pos_inf": torch.zeros(10),
         "neg_inf_half": torch.zeros(10, dtype=torch.float16),
         "big_finite_half": torch.full((10,), 65504.0, dtype=torch.float16),
+        "big_finite_double": torch.full((10,), 1e300, dtype=torch.float64),  # beyond float32: judged as float64
         "nan_bf16": torch.zeros(10, dtype=torch.bfloat16),
         "complex_fine": torch.ones(4, dtype=torch.complex64),
         "complex_inf": torch.ones(4, dtype=torch.complex64),

@@ -113,22 +113,20 @@ def nonfinite_parameters(workload: Workload) -> list[str]:
     if not named:
         return []
     with torch.no_grad():
-        ends = [_extremes(p.detach()) for _, p in named]
-        finite = torch.isfinite(torch.stack(ends)).all(dim=1).tolist()  # one device sync
+        finite = torch.stack([_all_finite(p.detach()) for _, p in named]).tolist()  # one device sync
     return [n for (n, _), ok in zip(named, finite) if not ok]
 
 
-def _extremes(tensor: Any) -> Any:
-    """Two float32 values that are both finite exactly when every element of ``tensor`` is."""
+def _all_finite(tensor: Any) -> Any:
+    """A 0-d bool tensor: every element of ``tensor`` is finite (judged in its own dtype)."""
     import torch
 
     if tensor.numel() == 0:
-        return torch.zeros(2, device=tensor.device)
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
     if tensor.is_complex() or tensor.layout != torch.strided:  # aminmax takes real dense tensors
-        ok = torch.isfinite(tensor.to_dense() if tensor.layout != torch.strided else tensor).all()
-        return torch.where(ok, 0.0, float("nan")).float().expand(2)
+        return torch.isfinite(tensor.to_dense() if tensor.layout != torch.strided else tensor).all()
     low, high = torch.aminmax(tensor)
-    return torch.stack((low.float(), high.float()))
+    return torch.isfinite(low) & torch.isfinite(high)
 
 
 def _divergence_reason(workload: Workload, steps: int, precision: str) -> str | None:

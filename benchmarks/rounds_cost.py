@@ -12,6 +12,11 @@ and the step time, which ``--estimate`` uses to predict any other procedure's co
     PYTHONPATH=src python benchmarks/rounds_cost.py dlrm squeezenet1_1 --size full \
         --procedures 1:10:3 10:1:1 5:2:1 --json /tmp/cost.json
 
+``--metrics`` runs every procedure once per metric set (``time,memory`` is ``run``'s default), to
+measure what the nightly's extra passes cost, e.g. ``--metrics time,memory
+time,memory,tensor_memory,op_counts,flops --procedures 10:1:1``; run the same command with
+``PYTHONPATH`` pointing at another checkout to compare two torchgauge versions.
+
 The load average before and after each command is reported: on a shared machine compare only
 procedures whose load columns are alike.
 """
@@ -73,11 +78,15 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_procedure(models: list[str], size: str, procedure: tuple[int, int, int], output: Path) -> dict:
-    """One ``torchgauge run`` with this procedure; its wall, CPU, load and per-record phases."""
+def run_procedure(
+    models: list[str], size: str, procedure: tuple[int, int, int], output: Path, metrics: str | None = None
+) -> dict:
+    """One ``torchgauge run`` with this procedure (and ``--metrics``); its wall, CPU, load and per-record phases."""
     rounds, repeat, warmup = procedure
     argv = [sys.executable, "-m", "torchgauge.cli", "run", *models, "--size", size, "--mode", "both"]
     argv += ["--rounds", str(rounds), "--repeat", str(repeat), "--warmup", str(warmup)]
+    if metrics:
+        argv += ["--metrics", metrics]
     argv += ["--output", str(output), "--quiet"]
     load_before = os.getloadavg()[0]
     cpu0, t0 = _children_cpu(), time.perf_counter()
@@ -87,9 +96,13 @@ def run_procedure(models: list[str], size: str, procedure: tuple[int, int, int],
     cpu = _children_cpu() - cpu0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"torchgauge run exited {proc.returncode}: {proc.stderr[-2000:]}")
-    runs = [r for r in json.loads(output.read_text())["runs"] if r["status"] == "ok"]
+    every = json.loads(output.read_text())["runs"]
+    runs = [r for r in every if r["status"] == "ok"]
     return {
         "procedure": f"{rounds}:{repeat}:{warmup}",
+        "metrics": metrics or "default",
+        "records": len(every),
+        "not_ok": sorted({f"{r['model']}/{r['mode']}: {r['status']}" for r in every if r["status"] != "ok"}),
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
         "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -122,21 +135,32 @@ def main() -> None:
     parser.add_argument("--size", default="full")
     parser.add_argument("--procedures", nargs="+", type=parse_procedure, default=[(1, 10, 3), (10, 1, 1)])
     parser.add_argument("--estimate", nargs="*", type=parse_procedure, default=[(10, 1, 1), (10, 2, 1), (10, 1, 3)])
-    parser.add_argument("--json", default=None, help="write every measurement as JSON")
+    parser.add_argument(
+        "--metrics", nargs="+", default=[None], help="metric sets (comma-separated each); each procedure runs with each"
+    )
+    parser.add_argument("--json", default=None, help="write every measurement as JSON (rewritten after each command)")
     args = parser.parse_args()
     _become_subreaper()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, procedure in enumerate(args.procedures):
-            results.append(run_procedure(args.models, args.size, procedure, Path(tmp) / f"run-{i}.json"))
-            print(json.dumps({k: v for k, v in results[-1].items() if k != "per_config"}), file=sys.stderr)
+            for j, metrics in enumerate(args.metrics):
+                output = Path(tmp) / f"run-{i}-{j}.json"
+                results.append(run_procedure(args.models, args.size, procedure, output, metrics))
+                print(json.dumps({k: v for k, v in results[-1].items() if k != "per_config"}), file=sys.stderr)
+                if args.json:  # a long benchmark keeps what it measured if it is stopped
+                    Path(args.json).write_text(json.dumps({"results": results, "args": sys.argv[1:]}, indent=1))
     print(f"# {' '.join(args.models)}, {args.size} size, both modes; {os.cpu_count()} CPUs; {time.ctime()}")
-    print("| procedure (rounds:repeat:warmup) | processes | wall s | CPU s | " + " | ".join(PHASES) + " | load |")
-    print("|---|---:|---:|---:|" + "---:|" * len(PHASES) + "---|")
+    print(
+        "| procedure (rounds:repeat:warmup) | metrics | processes | wall s | CPU s | "
+        + " | ".join(PHASES)
+        + " | load |"
+    )
+    print("|---|---|---:|---:|---:|" + "---:|" * len(PHASES) + "---|")
     for r in results:
         phases = " | ".join(f"{r['phases_s'][p]:.1f}" for p in PHASES)
         print(
-            f"| {r['procedure']} | {r['processes']} | {r['wall_s']} | {r['cpu_s']} | {phases} | "
+            f"| {r['procedure']} | {r['metrics']} | {r['processes']} | {r['wall_s']} | {r['cpu_s']} | {phases} | "
             f"{r['load'][0]}->{r['load'][1]} |"
         )
     single = next((r for r in results if r["procedure"].startswith("1:")), results[0])

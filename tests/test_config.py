@@ -161,6 +161,68 @@ def test_rounds_repeat_the_whole_plan_round_major() -> None:
     assert [c.model for c in configs] == ["a", "b", "a", "b"]
 
 
+NIGHTLY_METRICS = ("time", "memory", "tensor_memory", "op_counts", "flops")
+
+
+def test_one_round_plans_every_metric_and_check_as_asked() -> None:
+    base = BASE.with_(metrics=(*NIGHTLY_METRICS, "leak"), options=RunOptions(accuracy=True))
+    configs = plan(["a", "b"], base, modes=("train", "eval"))
+    assert configs == [base.with_(model=m, mode=mode) for m in ("a", "b") for mode in ("train", "eval")]
+    assert plan(["a"], base, modes=("eval",), rounds=1) == plan(["a"], base, modes=("eval",))
+
+
+def test_later_rounds_drop_what_is_the_same_in_every_process() -> None:
+    """The nightly's metrics over 3 rounds: the first round collects all of them and checks
+    accuracy; rounds 2 and 3 re-measure only what varies between processes (the leak test is a
+    noisy flag, tflops is only shown beside the FLOP count), in the same interleaved order."""
+    base = BASE.with_(metrics=(*NIGHTLY_METRICS, "leak"), options=RunOptions(accuracy=True, channels_last=True))
+    configs = plan(["a", "b"], base, modes=("train", "eval"), rounds=3)
+    assert len(configs) == 12
+    labels = [(c.model, c.mode) for c in configs]
+    assert labels == [(m, mode) for _ in range(3) for m in ("a", "b") for mode in ("train", "eval")]
+    first, later = configs[:4], configs[4:]
+    assert {c.metrics for c in first} == {(*NIGHTLY_METRICS, "leak")}
+    assert {c.options for c in first} == {RunOptions(accuracy=True, channels_last=True)}
+    assert {c.metrics for c in later} == {("time", "memory", "leak")}
+    assert {c.options for c in later} == {RunOptions(channels_last=True)}  # only the once-per-configuration check goes
+    assert {c.key() for c in later} == {c.key() for c in first}  # still the same configurations: compare pairs them
+    assert all(c.repeat == 2 and c.warmup == 1 and c.size == "smoke" for c in configs)
+
+
+def test_explicit_metrics_with_rounds_are_each_collected_once_at_least() -> None:
+    """Whatever a user asks for is measured in the first round; a configuration asked only for
+    deterministic counts has nothing to repeat and runs once."""
+    for metrics in (("op_counts",), ("flops", "tensor_memory"), ("instructions",)):
+        configs = plan(["a"], BASE.with_(metrics=metrics), modes=("eval",), rounds=5)
+        assert [c.metrics for c in configs] == [metrics]
+    mixed = plan(["a"], BASE.with_(metrics=("op_counts", "time")), modes=("eval",), rounds=3)
+    assert [c.metrics for c in mixed] == [("op_counts", "time"), ("time",), ("time",)]
+    noisy = ("time", "memory", "leak", "breakdown", "coverage")  # no quantity, or not deterministic: every round
+    assert {c.metrics for c in plan(["a"], BASE.with_(metrics=noisy), modes=("eval",), rounds=3)} == {noisy}
+
+
+def test_later_rounds_read_the_registry_facts_not_metric_names(monkeypatch) -> None:
+    """A metric added in a file is collected once exactly when every quantity compare judges is deterministic."""
+    from torchgauge.harness import metrics as registry
+    from torchgauge.harness.metrics import Quantity, collected_once, register_metric
+
+    monkeypatch.setattr(registry, "_QUANTITIES", dict(registry._QUANTITIES))
+    monkeypatch.setattr(registry, "_METRICS", dict(registry._METRICS))
+    exact = Quantity("planted_exact", ("planted_exact", "n"), "n", deterministic=True, rule="exact")
+    shown = Quantity("planted_rate", ("planted_exact", "rate"), "n/s", rule="none")
+    noisy = Quantity("planted_noisy", ("planted_noisy", "n"), "n", rule="memory")
+    register_metric("planted_exact", "test", quantities=[exact, shown])(lambda w, c, m: {})
+    count = Quantity("planted_count", ("planted_noisy", "count"), "n", deterministic=True, rule="exact")
+    register_metric("planted_mixed", "test", quantities=[noisy, count])(lambda w, c, m: {})
+    register_metric("planted_bare", "test")(lambda w, c, m: {})  # declares nothing: not known to be deterministic
+    assert [collected_once(m) for m in ("planted_exact", "planted_mixed", "planted_bare")] == [True, False, False]
+    configs = plan(["a"], BASE.with_(metrics=("time", "planted_exact", "planted_mixed", "planted_bare")), rounds=2)
+    assert [c.metrics for c in configs if c.mode == "eval"] == [
+        ("time", "planted_exact", "planted_mixed", "planted_bare"),
+        ("time", "planted_mixed", "planted_bare"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

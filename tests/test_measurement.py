@@ -90,6 +90,39 @@ def test_finite_training_and_eval_pass() -> None:
     assert nonfinite_parameters(eval_w) == ["1.weight"]
 
 
+def test_nonfinite_parameters_finds_each_kind_of_bad_value_in_every_parameter_type() -> None:
+    """The min/max check: NaN anywhere (not only at an end), +-inf, half precision, complex and
+    empty parameters, as ``isfinite(p).all()`` would judge each."""
+    from types import SimpleNamespace
+
+    from torchgauge.measurement import nonfinite_parameters
+
+    module = torch.nn.Module()
+    values = {
+        "fine": torch.linspace(-3, 3, 1000),
+        "nan_inside": torch.ones(1000),
+        "pos_inf": torch.zeros(10),
+        "neg_inf_half": torch.zeros(10, dtype=torch.float16),
+        "big_finite_half": torch.full((10,), 65504.0, dtype=torch.float16),
+        "big_finite_double": torch.full((10,), 1e300, dtype=torch.float64),  # beyond float32: judged as float64
+        "nan_bf16": torch.zeros(10, dtype=torch.bfloat16),
+        "complex_fine": torch.ones(4, dtype=torch.complex64),
+        "complex_inf": torch.ones(4, dtype=torch.complex64),
+        "empty": torch.zeros(0),
+    }
+    values["nan_inside"][500] = float("nan")
+    values["pos_inf"][3] = float("inf")
+    values["neg_inf_half"][9] = float("-inf")
+    values["nan_bf16"][0] = float("nan")
+    values["complex_inf"][1] = complex(1.0, float("inf"))
+    for name, value in values.items():
+        module.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
+    module.register_buffer("nan_buffer", torch.full((3,), float("nan")))  # buffers are not parameters
+    expected = [n for n, p in module.named_parameters() if not torch.isfinite(p).all()]
+    assert expected == ["nan_inside", "pos_inf", "neg_inf_half", "nan_bf16", "complex_inf"]
+    assert nonfinite_parameters(SimpleNamespace(module=module)) == expected
+
+
 def test_adaptive_repeats_stop_within_bounds_and_record_the_rule() -> None:
     from torchgauge.measurement import measure_run
     from torchgauge.results.schema import RunConfig

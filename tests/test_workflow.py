@@ -60,9 +60,20 @@ def test_cpu_shards_run_enough_interleaved_rounds_for_the_suite() -> None:
     assert int(env["ROUNDS"]) >= rounds_needed(2 * len(list_models(module="torchgauge.models.*")), 0.01)
     assert int(env["REPEAT"]) >= 1 and int(env["WARMUP"]) >= 1
     cpu_run = next(s["run"] for s in doc["jobs"]["cpu"]["steps"] if s.get("name") == "Run shard")
-    assert '--rounds "$ROUNDS" --repeat "$REPEAT" --warmup "$WARMUP"' in cpu_run
+    assert '--rounds "$ROUNDS" --repeat "$REPEAT" --warmup "$WARMUP" --metrics "$CPU_METRICS"' in cpu_run
     compare = next(s["run"] for s in doc["jobs"]["compare"]["steps"] if s.get("id") == "compare")
     assert "--time-signal auto" in compare
+
+
+def test_cpu_shards_collect_the_noise_free_signals() -> None:
+    """Besides time and the process peak, every deterministic metric the registry knows except
+    instructions (valgrind: minutes per model), each of which compare judges by its threshold."""
+    from torchgauge.harness.metrics import TIMED_PASS_METRICS, collected_once, list_metrics
+
+    metrics = yaml.safe_load(WORKFLOW.read_text())["env"]["CPU_METRICS"].split(",")
+    assert set(TIMED_PASS_METRICS) <= set(metrics)
+    assert {m for m in list_metrics() if collected_once(m)} - set(metrics) == {"instructions"}
+    assert {"tensor_memory", "op_counts", "flops"} <= set(metrics)
 
 
 def test_workflow_calls_only_existing_commands_and_options() -> None:
@@ -176,8 +187,8 @@ class _Workflow:
         )
         return env
 
-    def run_job(self, name: str, matrix: dict[str, str], *, force: bool = False) -> dict[str, dict[str, str]]:
-        """Run one matrix leg of a job; ``force`` runs the steps whose condition is false too."""
+    def run_job(self, name: str, matrix: dict[str, str]) -> dict[str, dict[str, str]]:
+        """Run one matrix leg of a job: its ``run:`` steps whose condition holds."""
         import subprocess
 
         import torch
@@ -186,7 +197,7 @@ class _Workflow:
         context = self.context(matrix)
         outputs: dict[str, dict[str, str]] = {}
         for index, step in enumerate(job["steps"]):
-            if "run" not in step or not (force or _condition(step.get("if"), outputs, context)):
+            if "run" not in step or not _condition(step.get("if"), outputs, context):
                 continue
             output_file = self.tmp / f"output-{name}-{index}"
             output_file.write_text("")
@@ -217,42 +228,90 @@ class _Workflow:
         return outputs
 
 
+def _plant_fewer_ops(db: Path, model: str, mode: str) -> tuple[int, int]:
+    """Edit the stored record of ``model``/``mode`` that carries operator counts (the first round's)
+    so that it counted fewer: halve its most frequent operator. Returns (old, new) totals."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT id, metrics_json FROM runs WHERE model = ? AND mode = ? AND metrics_json LIKE '%op_counts%'",
+            (model, mode),
+        ).fetchall()
+        assert len(rows) == 1, f"{len(rows)} stored records of {model}/{mode} carry operator counts; expected one"
+        ((run_id, text),) = rows
+        metrics = json.loads(text)
+        counts = metrics["op_counts"]
+        top = max(counts["by_op"], key=counts["by_op"].get)
+        cut = counts["by_op"][top] // 2
+        old = counts["total"]
+        counts["by_op"][top] -= cut
+        counts["total"] -= cut
+        con.execute("UPDATE runs SET metrics_json = ? WHERE id = ?", (json.dumps(metrics), run_id))
+        con.commit()
+    finally:
+        con.close()
+    return old, old - cut
+
+
 @pytest.mark.slow
 def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
     doc = yaml.safe_load(WORKFLOW.read_text())
+    env = doc["env"]
     flow = _Workflow(doc, tmp_path)
-    compare_outputs = {}
-    for _night in range(2):  # the first night stores a run, the second compares with it
+    compare_outputs: dict[str, dict] = {}
+    results = flow.workspace / "results"
+    planted = (0, 0)
+    for night in range(2):  # the first night stores a run, the second compares with it
         for job in ("cpu", "gpu"):
             for shard in doc["jobs"][job]["strategy"]["matrix"]["shard"]:
                 flow.run_job(job, {"shard": shard})
+        if night == 1:  # last night's build dispatched fewer operators: tonight's count is a regression
+            planted = _plant_fewer_ops(flow.workspace / "history" / "cpu.sqlite", "dagmm_kdd", "eval")
+            calls_before = len(flow.log.read_text().splitlines())
         for kind in doc["jobs"]["compare"]["strategy"]["matrix"]["kind"]:
             compare_outputs[kind] = flow.run_job("compare", {"kind": kind})
-    results = flow.workspace / "results"
+        if night == 0:
+            first_runs = json.loads((results / "cpu-merged.json").read_text())["runs"]
     assert (results / "cpu-shard-1.json").exists() and not (results / "cpu-shard-2.json").exists()
     runs = json.loads((results / "cpu-merged.json").read_text())["runs"]
     assert {(r["model"], r["status"]) for r in runs} == {("dagmm_kdd", "ok")}
-    # interleaved rounds: each configuration in ROUNDS processes of REPEAT steps, tested on CPU time
-    env = doc["env"]
-    for mode in ("train", "eval"):
-        of_mode = [r for r in runs if r["mode"] == mode]
-        assert len(of_mode) == int(env["ROUNDS"]), (mode, len(of_mode))
-        assert {(r["repeat"], r["warmup"]) for r in of_mode} == {(int(env["REPEAT"]), int(env["WARMUP"]))}
+    # interleaved rounds: each configuration in ROUNDS processes of REPEAT steps, tested on CPU time;
+    # the noise-free signals collected once per configuration, in the record that asked for them
+    metrics = env["CPU_METRICS"].split(",")
+    for night_runs in (first_runs, runs):
+        for mode in ("train", "eval"):
+            of_mode = [r for r in night_runs if r["mode"] == mode]
+            assert len(of_mode) == int(env["ROUNDS"]), (mode, len(of_mode))
+            assert {(r["repeat"], r["warmup"]) for r in of_mode} == {(int(env["REPEAT"]), int(env["WARMUP"]))}
+            counted = [r for r in of_mode if "op_counts" in r["metrics"]]
+            assert len(counted) == 1 and counted[0]["requested_metrics"] == metrics
+            assert counted[0]["metrics"]["op_counts"]["total"] > 0 and counted[0]["metrics"]["flops"]["total"] > 0
+            assert counted[0]["metrics"]["tensor_memory"]["cpu_peak_mb"] >= 0
+            rest = [r for r in of_mode if r is not counted[0]]
+            assert {tuple(r["requested_metrics"]) for r in rest} == {("time", "memory")}
+            assert not any({"op_counts", "flops", "tensor_memory"} & set(r["metrics"]) for r in rest)
+    # the second night: the planted operator count is a regression, compare exits 1 and the issue opens
+    assert compare_outputs["cpu"]["compare"] == {"exit": "1"}
     compared = json.loads((results / "cpu-compare.json").read_text())
+    flagged = {(f["mode"], f["metric"]): f for f in compared["regressions"]}
+    ops = flagged["eval", "op_counts"]
+    assert (ops["base"], ops["new"], ops["p_value"]) == (planted[1], planted[0], None)
+    assert all(m in ("time_ms", "op_counts") for _, m in flagged)  # time may be flagged by noise, nothing else
     assert compared["time_signal"] == "auto"
     assert compared["time_signals"] == [{"signal": "cpu", "note": None, "configurations": 2}]
-    assert "Time tested on per-step process CPU time in 2 configuration" in (results / "cpu-report.md").read_text()
-    assert (results / "cpu-report.md").stat().st_size > 0
-    # The issue step runs only when compare exits 1; run the compare job again with every
-    # step forced so that its script is executed whatever the noise decided.
-    flow.run_job("compare", {"kind": "cpu"}, force=True)
+    report = (results / "cpu-report.md").read_text()
+    assert "Time tested on per-step process CPU time in 2 configuration" in report
+    assert "by ATen operators per step, deterministic count" in report  # which signal flagged it
+    assert "| dagmm_kdd | eval/cpu/fp32/eager | op_counts | ATen operators per step, deterministic count |" in report
+    gh = [line.split("\t") for line in flow.log.read_text().splitlines()[calls_before:] if line.startswith("gh")]
+    assert gh and gh[0][1:3] == ["issue", "create"]  # opened by the second night's own compare, not forced
+    assert gh[0][gh[0].index("--repo") + 1] == "example/torchgauge"
+    assert gh[0][gh[0].index("--body-file") + 1] == "results/cpu-report.md"
     all_steps = {
         (name, s.get("name", s["run"][:40])) for name, job in doc["jobs"].items() for s in job["steps"] if "run" in s
     }
     assert flow.executed == all_steps
     calls = flow.log.read_text().splitlines()
-    gh = [line.split("\t") for line in calls if line.startswith("gh")]
-    assert gh and gh[0][1:3] == ["issue", "create"]
-    assert gh[0][gh[0].index("--repo") + 1] == "example/torchgauge"
-    assert gh[0][gh[0].index("--body-file") + 1] == "results/cpu-report.md"
     assert any("--pre torch" in line for line in calls if line.startswith("pip"))

@@ -36,6 +36,7 @@ __all__ = [
     "RunOptions",
     "backend_options",
     "check_names",
+    "later_round",
     "plan",
 ]
 
@@ -305,6 +306,9 @@ def plan(
             ``options``, ...) or else a model argument; a tuple of names moves several
             together (``{("backend", "options"): [("eager", RunOptions()), ...]}``).
         rounds: the whole plan this many times, round-major (load drift hits every config alike).
+            What is the same in every process is done in the first round only (:func:`later_round`):
+            the deterministic metrics (``op_counts``, ``flops``, ...) and the ``accuracy`` check;
+            a configuration with nothing left to measure after them runs once.
         batch_size: overrides ``base``'s; ``"auto"``: eval runs take the size ``tune-batch``
             stored for this device in ``batch_store`` (default store when None), train runs
             keep the model's default; models without a stored size are named to ``on_note``.
@@ -349,7 +353,34 @@ def plan(
                 one_round.append(config)
     if batch_size == "auto":
         one_round = _tuned_batch_sizes(one_round, batch_store, on_note)
-    return [c for _ in range(rounds) for c in one_round]
+    later = [c for c in (later_round(c) for c in one_round) if c is not None] if rounds > 1 else []
+    return one_round + [c for _ in range(rounds - 1) for c in later]
+
+
+def later_round(config: RunConfig) -> RunConfig | None:
+    """``config`` as rounds after the first run it, or None when nothing is left to measure.
+
+    A configuration's first round does everything asked; later rounds add independent samples
+    of what varies between processes, so they drop what is the same in every process: the
+    metrics whose judged quantities are all deterministic (the registry's facts:
+    :func:`torchgauge.harness.metrics.collected_once`) and the ``accuracy`` check, which builds
+    its own seeded workloads and does not depend on the process. Each record's
+    ``requested_metrics`` and ``options`` say what it measured. A configuration left with no
+    metric (only deterministic ones were asked) is not repeated. The training-divergence check
+    stays in every process: it vouches for that process's own timings (measurement.py).
+
+    Example:
+        >>> later_round(RunConfig("dlrm", metrics=("time", "memory", "op_counts"))).metrics
+        ('time', 'memory')
+        >>> later_round(RunConfig("dlrm", metrics=("op_counts",))) is None
+        True
+    """
+    from .harness.metrics import collected_once
+
+    metrics = tuple(m for m in config.metrics if not collected_once(m))
+    if not metrics:
+        return None
+    return config.with_(metrics=metrics, options=config.options.without("accuracy"))
 
 
 def _check_base(base: RunConfig) -> None:

@@ -99,14 +99,34 @@ def config_for(workload: Workload, repeat: int, warmup: int, metrics: Iterable[s
 
 
 def nonfinite_parameters(workload: Workload) -> list[str]:
-    """Names of the module's floating-point parameters that hold a NaN or an infinity."""
+    """Names of the module's floating-point parameters that hold a NaN or an infinity.
+
+    Every process of a training run checks its own parameters (its timings are what the check
+    vouches for), so the check must cost little beside a step: a real parameter is finite exactly
+    when its minimum and maximum are (``aminmax`` propagates NaN), one read of the tensor with
+    nothing allocated; ``isfinite(p).all()`` allocated a mask of every element and cost
+    3.7-5.1 s of CPU on dlrm's 514M full-size parameters against 0.26-0.28 s (a step: 0.9-1.2 s).
+    """
     import torch
 
     named = [(n, p) for n, p in workload.module.named_parameters() if p.is_floating_point() or p.is_complex()]
     if not named:
         return []
-    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in named]).tolist()  # one device sync
+    with torch.no_grad():
+        finite = torch.stack([_all_finite(p.detach()) for _, p in named]).tolist()  # one device sync
     return [n for (n, _), ok in zip(named, finite) if not ok]
+
+
+def _all_finite(tensor: Any) -> Any:
+    """A 0-d bool tensor: every element of ``tensor`` is finite (judged in its own dtype)."""
+    import torch
+
+    if tensor.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
+    if tensor.is_complex() or tensor.layout != torch.strided:  # aminmax takes real dense tensors
+        return torch.isfinite(tensor.to_dense() if tensor.layout != torch.strided else tensor).all()
+    low, high = torch.aminmax(tensor)
+    return torch.isfinite(low) & torch.isfinite(high)
 
 
 def _divergence_reason(workload: Workload, steps: int, precision: str) -> str | None:

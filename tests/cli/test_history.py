@@ -178,3 +178,89 @@ def test_import_merge_refuses_shards_from_different_hardware(cli, tmp_path) -> N
     assert "--allow-mixed-hardware" in err and not (tmp_path / "mixed.sqlite").exists()
     code, _, err = cli("import", *paths, "--merge", "--allow-mixed-hardware", "--db", str(tmp_path / "mixed.sqlite"))
     assert code == 0 and "2 hardware types" in err
+
+
+NIGHTLY_METRICS = ("time", "memory", "tensor_memory", "op_counts", "flops")
+
+
+def _rounds_shard(path, models: dict[str, int], night: int, *, rounds: int = 3, counted_at: int = 1) -> None:
+    """A shard of ``run --rounds 3 --metrics <nightly>``: every configuration in 3 records, the
+    deterministic metrics in the record of the round that collected them (``counted_at``: with
+    several jobs the first round need not be stored first); ``models`` maps model -> op count."""
+    runs = []
+    for r in range(rounds):
+        for model, ops in models.items():
+            once = r == counted_at
+            metrics = {"time_ms": {"samples": [10.0 + night + 0.1 * r], "median": 10.0 + night + 0.1 * r}}
+            metrics["cpu_peak_mb"] = 400.0 + r
+            if once:
+                metrics["op_counts"] = {"total": ops, "by_op": {"aten::mm": ops}}
+                metrics["tensor_memory"] = {"cpu_peak_mb": 12.0, "cpu_net_mb": 0.0}
+                metrics["flops"] = {"total": 5000, "tflops": 0.1}
+            config = RunConfig(model, mode="eval", metrics=NIGHTLY_METRICS if once else ("time", "memory"))
+            runs.append(RunRecord(config, "ok", metrics=metrics, batch_size=2))
+    env = {"torch_version": "2.13.0", "torch_git_version": f"night{night}", "machine_fingerprint": "m1"}
+    ResultsFile(env=env, runs=runs).write(path)
+
+
+def test_rounds_runs_through_import_merge_history_compare_and_the_dashboard(cli, tmp_path) -> None:
+    """The nightly's path for a rounds run whose deterministic counts sit in one record per
+    configuration: shards merged into one stored run, followed night by night, judged, shown."""
+    from torchgauge.report.site.data import latest_run, model_history
+    from torchgauge.results.store import Store
+
+    db = tmp_path / "h.sqlite"
+    nights = [{"a": 100, "b": 50}, {"a": 130, "b": 50}]
+    for night, counts in enumerate(nights):
+        shards = []
+        for i, model in enumerate(counts):
+            shards.append(tmp_path / f"night{night}-shard{i}.json")
+            _rounds_shard(shards[-1], {model: counts[model]}, night, counted_at=night)
+        code, _, err = cli("import", *map(str, shards), "--merge", "--db", str(db))
+        assert code == 0 and "6 run(s) stored" in err, err
+    # the store keeps what each record measured
+    with Store(db, create=False) as store:
+        latest = store.load(2)
+    requested = sorted(r.config.metrics for r in latest.runs if r.config.model == "a")
+    assert requested == [("time", "memory"), ("time", "memory"), NIGHTLY_METRICS]
+    # history: one row per stored run, the count from the record that has it
+    code, stdout, _ = cli("history", "a", "--metric", "op_counts", "--db", str(db), "--json")
+    assert code == 0
+    (table,) = json.loads(stdout)
+    assert [(row[0], row[4], row[5]) for row in table["rows"]] == [(1, "ok", 100.0), (2, "ok", 130.0)]
+    code, stdout, _ = cli("history", "a", "--metric", "time", "--db", str(db), "--json")
+    (table,) = json.loads(stdout)
+    assert [row[5] for row in table["rows"]] == [pytest.approx(10.1), pytest.approx(11.1)]  # median of 3 processes
+    # compare: the count gates, and the report says which signal flagged it
+    out, report = tmp_path / "c.json", tmp_path / "r.md"
+    code, _, _ = cli("compare", "previous", "latest", "--db", str(db), "--output", str(out), "--markdown", str(report))
+    assert code == 1
+    found = json.loads(out.read_text())
+    assert [(f["model"], f["metric"], f["base"], f["new"]) for f in found["regressions"]] == [
+        ("a", "op_counts", 100.0, 130.0)
+    ]
+    assert "1 by ATen operators per step, deterministic count" in report.read_text()
+    # the dashboard: one index row per configuration, one point per night
+    with Store(db, create=False) as store:
+        index = latest_run(store)
+        page = model_history(store, "a")
+    assert [(r.model, r.status) for r in index.rows] == [("a", "ok"), ("b", "ok")]
+    assert index.rows[0].median_ms == pytest.approx(11.1) and index.rows[0].ci_low is not None
+    (series,) = page.metrics["op_counts"]
+    assert series.values == [100.0, 130.0] and len(page.points[series.label]) == 2
+    (time_series,) = page.metrics["time"]
+    assert len(time_series.values) == len(time_series.low) == 2
+
+
+def test_history_names_records_that_disagree_on_a_count(cli, tmp_path) -> None:
+    path = tmp_path / "split.json"
+    _rounds_shard(path, {"a": 100}, 0)
+    results = load_results(path)
+    results.runs[0].metrics["op_counts"] = {"total": 104, "by_op": {"aten::mm": 104}}  # a second record counted 104
+    results.write(path)
+    db = tmp_path / "h.sqlite"
+    assert cli("import", str(path), "--db", str(db))[0] == 0
+    code, stdout, _ = cli("history", "a", "--metric", "op_counts", "--db", str(db), "--json")
+    (table,) = json.loads(stdout)
+    (row,) = table["rows"]
+    assert row[5] is None and row[7] == "records disagree: 100, 104"

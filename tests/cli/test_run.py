@@ -178,6 +178,8 @@ def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli,
         "1",
         "--rounds",
         "3",
+        "--metrics",
+        "time,memory,op_counts",
         "--output",
         str(out),
         "--quiet",
@@ -185,6 +187,11 @@ def test_rounds_measure_each_configuration_in_several_interleaved_processes(cli,
     doc = json.loads(out.read_text())
     assert [r["model"] for r in doc["runs"]] == ["planted_ok", "planted_raises"] * 3  # round-major
     assert all(r["threads"]["intra_op"] == 1 for r in doc["runs"] if r["status"] == "ok")
+    # the operator count is the same in every process: the first round collects it, and says so
+    ok = [r for r in doc["runs"] if r["model"] == "planted_ok"]
+    assert [r["requested_metrics"] for r in ok] == [["time", "memory", "op_counts"]] + [["time", "memory"]] * 2
+    assert ok[0]["metrics"]["op_counts"]["total"] > 0 and not any("op_counts" in r["metrics"] for r in ok[1:])
+    assert all(len(r["metrics"]["time_ms"]["samples"]) == 2 for r in ok)
 
 
 def test_run_prints_counts_summary_and_records_the_plan(cli, tmp_path) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from torchgauge.compare.matching import CompareError, config_key, config_label, match_groups, match_runs, representative
+from torchgauge.compare.matching import (
+    CompareError,
+    config_key,
+    config_label,
+    group_config,
+    match_groups,
+    match_runs,
+    representative,
+)
+from torchgauge.config import RunOptions
 from torchgauge.results.schema import RunConfig, RunRecord
 
 
@@ -81,3 +90,18 @@ def test_match_runs_refuses_two_runs_of_one_key_and_keeps_order() -> None:
     m = match_runs([_rec("b"), _rec("a")], [_rec("a"), _rec("b")], key=config_key, label=config_label)
     assert [k[0] for k, _, _ in m.pairs] == ["b", "a"]
     assert representative([_rec("x"), _rec("x", "timeout")]).status == "timeout"
+
+
+def test_group_config_is_the_round_that_requested_every_metric() -> None:
+    """Later rounds request fewer metrics (plan's later_round); the group speaks as the first round
+    wherever its record sits, so that --confirm reruns what was asked for."""
+    first = RunConfig("m", metrics=("time", "memory", "op_counts"), options=RunOptions(accuracy=True))
+    later = RunConfig("m", metrics=("time", "memory"))
+    records = [RunRecord(later, "ok"), RunRecord(first, "ok"), RunRecord(later, "ok")]
+    assert group_config(records) == first
+    assert group_config(records[:1]) == later
+    # records of separate runs that asked for different metrics: the union, on the first record's config
+    other = RunConfig("m", metrics=("time", "leak"))
+    assert group_config([RunRecord(later, "ok"), RunRecord(other, "ok")]) == later.with_(
+        metrics=("time", "memory", "leak")
+    )

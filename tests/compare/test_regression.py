@@ -348,3 +348,85 @@ def test_groups_of_rounds_pair_like_single_runs() -> None:
     assert (f.config.model, f.n_base, f.n_new) == ("m", 3, 10)  # base: 3 process medians; new: its 10 samples
     assert [(s.config.model, s.base_status, s.new_status) for s in cmp.new_failures] == [("flaky", "ok", "error")]
     assert cmp.unmatched == [] and cmp.compared == 1
+
+
+NIGHTLY_METRICS = ("time", "memory", "tensor_memory", "op_counts", "flops")
+
+
+def _rounds(
+    model: str, level: float, *, ops: dict, tensor_mb: float, flops: int, at: int = 0, seed: int = 0
+) -> list[RunRecord]:
+    """Ten records of one configuration shaped like ``run --rounds 10 --repeat 1``: one timed step
+    each; the deterministic metrics only in the record of round ``at`` (with several jobs the
+    first round need not finish first), whose config requested them; the rest requested time and memory."""
+    out = []
+    for r in range(10):
+        rec = _run(model, level, seed=seed + r, n=1, cpu_peak_mb=500.0 + r)
+        if r == at:
+            rec.config = RunConfig(model, mode="eval", metrics=NIGHTLY_METRICS)
+            rec.metrics["tensor_memory"] = {"cpu_peak_mb": tensor_mb, "cpu_net_mb": 0.0}
+            rec.metrics["op_counts"] = {"total": sum(ops.values()), "by_op": ops}
+            rec.metrics["flops"] = {"total": flops, "tflops": 0.1}
+        else:
+            rec.config = RunConfig(model, mode="eval", metrics=("time", "memory"))
+        out.append(rec)
+    return out
+
+
+def test_rounds_judge_the_deterministic_metrics_of_the_one_record_that_has_them() -> None:
+    """The nightly's shape: 10 records a side, op_counts/flops/tensor memory in one of them."""
+    base_ops = {"aten::mm": 60, "aten::add": 40}
+    base = _rf(
+        *_rounds("counted", 10, ops=base_ops, tensor_mb=50.0, flops=5000),
+        *_rounds("steady", 10, ops=base_ops, tensor_mb=50.0, flops=5000),
+    )
+    new = _rf(
+        *_rounds("counted", 10, ops={**base_ops, "aten::copy_": 30}, tensor_mb=60.0, flops=5000, at=3, seed=20),
+        *_rounds("steady", 10, ops=base_ops, tensor_mb=50.5, flops=5000, at=9, seed=20),
+    )
+    cmp = compare_results(base, new, threshold=0.07, alpha=0.01)
+    regs = {(f.config.model, f.metric): f for f in cmp.regressions}
+    assert set(regs) == {("counted", "op_counts"), ("counted", "tensor_memory")}
+    ops = regs["counted", "op_counts"]
+    assert (ops.base, ops.new, ops.change, ops.n_base, ops.n_new) == (100, 130, pytest.approx(0.3), 1, 1)
+    assert ops.detail == {"ops": {"aten::copy_": {"kind": "added", "base": 0, "new": 30}}}  # from the record with them
+    mem = regs["counted", "tensor_memory"]
+    assert (mem.base, mem.new, mem.detail["floor_mb"]) == (50.0, 60.0, 2.0)  # deterministic: threshold and 2 MiB
+    # the finding names the configuration as planned: every metric the rounds collected between them
+    assert ops.config.metrics == NIGHTLY_METRICS and mem.config.metrics == NIGHTLY_METRICS
+    unchanged = {(f.config.model, f.metric) for f in cmp.unchanged}
+    assert {("steady", "op_counts"), ("steady", "flops"), ("steady", "tensor_memory")} <= unchanged
+    assert ("counted", "flops") in unchanged and not cmp.inconclusive_beyond_threshold
+    # time is tested on the 10 process medians of each side, memory on the 10 process peaks
+    times = [f for f in (*cmp.unchanged, *cmp.inconclusive) if f.metric == "time_ms"]
+    assert {(f.n_base, f.n_new) for f in times} == {(10, 10)}
+    peaks = [f for f in cmp.unchanged if f.metric == "cpu_peak_mb"]
+    assert {(f.n_base, f.n_new) for f in peaks} == {(10, 10)}
+
+
+def test_records_of_one_side_that_disagree_on_a_count_are_named_not_picked() -> None:
+    from torchgauge.compare.regression import exit_code
+
+    ops = {"aten::mm": 60, "aten::add": 40}
+    base = _rf(*_rounds("m", 10, ops=ops, tensor_mb=50.0, flops=5000))
+    split = _rounds("m", 10, ops=ops, tensor_mb=50.0, flops=5000, seed=20)
+    split[5].config = split[0].config
+    split[5].metrics["op_counts"] = {"total": 104, "by_op": {**ops, "aten::relu": 4}}
+    cmp = compare_results(base, _rf(*split), threshold=0.07)
+    (f,) = [f for f in cmp.inconclusive if f.metric == "op_counts"]
+    assert (f.base, f.new, f.n_base, f.n_new) == (100.0, None, 1, 2)  # no value picked for the new side
+    assert f.change == pytest.approx(0.04)  # the largest change the disagreement could hide
+    assert f.detail["reason"].startswith("the new side's 2 records disagree on op_counts (100, 104)")
+    assert f.detail["new_values"] == [100.0, 104.0] and f.detail["threshold"] == 0.01
+    # beyond the count threshold (1%), not the time threshold (7%): the gate fails with exit 3
+    assert cmp.inconclusive_beyond_threshold == [f] and exit_code(cmp) == 3
+    assert not [g for g in cmp.regressions + cmp.unchanged if g.metric == "op_counts"]
+    # equal copies agree (merged reruns); instructions agree within their measured wobble (0.2%)
+    split[5].metrics["op_counts"] = split[0].metrics["op_counts"]
+    split[5].metrics["instructions"] = {"per_step": 1_002_000}
+    split[0].metrics["instructions"] = {"per_step": 1_000_000}
+    base.runs[0].metrics["instructions"] = {"per_step": 1_000_000}
+    again = compare_results(base, _rf(*split), threshold=0.07)
+    assert not again.inconclusive_beyond_threshold
+    (inst,) = [g for g in again.unchanged if g.metric == "instructions"]
+    assert (inst.new, inst.n_new) == (1_001_000, 2)

@@ -12,7 +12,16 @@ from torchgauge.results.schema import RunConfig
 
 def _cmp(**changes) -> Comparison:
     reg = Finding(
-        RunConfig("resnet50", mode="train", batch_size=32), "time_ms", 100.0, 112.5, 0.125, 0.0004, "regression", 10, 10
+        RunConfig("resnet50", mode="train", batch_size=32),
+        "time_ms",
+        100.0,
+        112.5,
+        0.125,
+        0.0004,
+        "regression",
+        10,
+        10,
+        detail={"signal": "cpu"},
     )
     mem = Finding(RunConfig("bert", mode="eval"), "cpu_peak_mb", 1000.0, 1200.0, 0.2, None, "regression")
     ops = Finding(
@@ -51,10 +60,22 @@ def test_markdown_sections_and_rows() -> None:
     assert first == "# torchgauge: regressions found (nightly-1123 vs nightly-1122)"
     assert "**3 regression(s), 1 improvement(s), 1 new failure(s), 1 fix(es), 0 inconclusive**" in md
     assert "threshold 7.0%, alpha 0.01 after holm correction" in md
-    assert "| model | config | metric | base | new | change | p-value |" in md
-    assert "| resnet50 | train/cpu/fp32/eager bs=32 | time_ms | 100 ms | 112.5 ms | +12.5% | 0.0004 |" in md
-    assert "| bert | eval/cpu/fp32/eager | cpu_peak_mb | 1,000.0 MiB | 1,200.0 MiB | +20.0% | - |" in md
-    assert "| gpt2 | eval/cpu/fp32/eager | time_ms | 50 ms | 40 ms | -20.0% | 1e-05 |" in md
+    assert "| model | config | metric | signal | base | new | change | p-value |" in md
+    assert (
+        "| resnet50 | train/cpu/fp32/eager bs=32 | time_ms | per-step process CPU time, rank test | 100 ms "
+        "| 112.5 ms | +12.5% | 0.0004 |"
+    ) in md
+    assert (
+        "| bert | eval/cpu/fp32/eager | cpu_peak_mb | CPU mem, process peak over a spread floor | 1,000.0 MiB "
+        "| 1,200.0 MiB | +20.0% | - |"
+    ) in md
+    assert "| qmodel | eval/cpu/fp32/eager | op_counts | ATen operators per step, deterministic count | 100 |" in md
+    assert "| gpt2 | eval/cpu/fp32/eager | time_ms | time, rank test | 50 ms | 40 ms | -20.0% | 1e-05 |" in md
+    # which signal flagged what, above the tables: the reader sees a noise-free count at once
+    assert (
+        "**Regressions flagged by:** 1 by ATen operators per step, deterministic count; "
+        "1 by CPU mem, process peak over a spread floor; 1 by per-step process CPU time, rank test."
+    ) in md
     assert "`aten::copy_` 0 -> 30" in md
     assert "RuntimeError: bad \\| pipe" in md  # table cells escape pipes
     assert "| torch_version | 2.13.0 | 2.14.0.dev20261123 |" in md
@@ -80,6 +101,7 @@ def test_json_entries_have_the_contract_keys_first() -> None:
         "verdict": "regression",
         "n_base": 10,
         "n_new": 10,
+        "detail": {"signal": "cpu"},
     }
     assert doc["regressions"][0]["p_value"] == 0.0004 and doc["regressions"][1]["p_value"] is None
     assert doc["new_failures"][0]["new_status"] == "error" and doc["fixes"][0]["base_status"] == "timeout"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import sys
@@ -195,3 +196,36 @@ def test_reruns_use_the_thread_count_the_compared_runs_recorded(tmp_path) -> Non
     assert "--threads=1" in cmd
     default = rerun_command("py", [RunConfig("m")], tmp_path / "o.json", ConfirmRequest())
     assert not any(arg.startswith("--threads") for arg in default)
+
+
+def test_confirm_re_measures_deterministic_metrics_in_its_first_round_only(monkeypatch) -> None:
+    """As run --rounds: reruns after the first drop the counts; flagged counts alone take one round."""
+    from torchgauge.workflows import confirm
+
+    asked: list[tuple[int, tuple]] = []
+
+    def fake_rerun(python, configs, workdir, request, tag):
+        asked.append((int(tag.rsplit("-", 1)[1]), tuple(c.metrics for c in configs)))
+        runs = []
+        for c in configs:
+            metrics = {"time_ms": {"samples": [12.0 if tag.startswith("new") else 10.0]}}
+            if "op_counts" in c.metrics:
+                metrics["op_counts"] = {"total": 130 if tag.startswith("new") else 100, "by_op": {}}
+            runs.append(RunRecord(c, "ok", metrics=metrics))
+        return ResultsFile(env={}, runs=runs)
+
+    monkeypatch.setattr(confirm, "rerun_configs", fake_rerun)
+    monkeypatch.setattr(confirm, "_check_names", lambda configs, request: None)
+    counted = RunConfig(A, mode="eval", metrics=("time", "memory", "op_counts"))
+    flagged = _flagged()
+    flagged.regressions = [dataclasses.replace(f, config=counted) for f in flagged.regressions[:1]]
+    flagged.regressions.append(dataclasses.replace(flagged.regressions[0], metric="op_counts", p_value=None))
+    out = confirm_comparison(flagged, ConfirmRequest(rounds=3))
+    assert asked == [(0, (counted.metrics,))] * 2 + [(r, (("time", "memory"),)) for r in (1, 1, 2, 2)]
+    assert {f.metric for f in out.regressions} == {"time_ms", "op_counts"} and out.confirm_rounds == 3
+    asked.clear()
+    flagged.regressions = flagged.regressions[1:]
+    flagged.regressions[0] = dataclasses.replace(flagged.regressions[0], config=counted.with_(metrics=("op_counts",)))
+    out = confirm_comparison(flagged, ConfirmRequest(rounds=3))
+    assert asked == [(0, (("op_counts",),))] * 2 and out.confirm_rounds == 1
+    assert [f.metric for f in out.regressions] == ["op_counts"]

@@ -213,7 +213,11 @@ def compare_command(**kw: object) -> int:
         term.markdown(comparison_json(cmp, base_label=base_label, new_label=new_label))
     else:
         if cmp.inconclusive:
-            term.table(FINDING_COLUMNS, finding_rows(cmp.inconclusive), title="inconclusive (cannot reach alpha)")
+            term.table(
+                FINDING_COLUMNS,
+                finding_rows(cmp.inconclusive),
+                title="inconclusive (cannot reach alpha, or one side's records disagree)",
+            )
             for f in cmp.inconclusive_beyond_threshold:
                 term.warning(f"inconclusive: {f.config.label()} {f.metric} {f.change:+.1%}: {f.detail.get('reason')}")
         for title, findings in (("regressions", cmp.regressions), ("improvements", cmp.improvements)):
@@ -240,7 +244,8 @@ def compare_command(**kw: object) -> int:
     if code == EXIT_INCONCLUSIVE:
         term.failure(
             f"{len(cmp.inconclusive_beyond_threshold)} change(s) beyond the threshold could not be tested "
-            f"(exit {EXIT_INCONCLUSIVE}); rerun with more --repeat or pass --allow-inconclusive"
+            f"(exit {EXIT_INCONCLUSIVE}); each reason above says why (too few samples: rerun with more --repeat "
+            "or --rounds), or pass --allow-inconclusive"
         )
     if code:
         raise click.exceptions.Exit(code)

@@ -124,7 +124,8 @@ from .run_flags import batch_size_flag, parse_run_flags
     default=1,
     show_default=True,
     help="Measure each configuration in this many fresh processes, interleaved over the suite (asv's "
-    "rounds); compare then tests process medians (docs/regression-detection.md).",
+    "rounds); compare then tests process medians. Deterministic metrics (op_counts, flops, ...) and "
+    "--accuracy run in the first round only (docs/regression-detection.md).",
 )
 @click.option("--pin-threads", is_flag=True, help="Restrict each run to as many CPUs as it has threads.")
 @click.option("--timeout", type=SECONDS, default=900.0, show_default=True, help="Seconds per run before it is killed.")

@@ -21,6 +21,7 @@ __all__ = [
     "Comparison",
     "Finding",
     "StatusChange",
+    "beyond_threshold",
     "exit_code",
     "parse_threshold",
 ]
@@ -110,6 +111,13 @@ class Finding:
         return doc
 
 
+def beyond_threshold(finding: Finding, threshold: float) -> bool:
+    """Whether a finding's change reaches the threshold that applies to it: its own
+    (``detail["threshold"]``, e.g. a count's 1%) or else ``threshold``."""
+    limit = finding.detail.get("threshold", threshold)
+    return finding.change is not None and abs(finding.change) >= limit
+
+
 @dataclass(frozen=True)
 class StatusChange:
     """A configuration whose status moved between usable and failing."""
@@ -165,7 +173,7 @@ class Comparison:
     @property
     def inconclusive_beyond_threshold(self) -> list[Finding]:
         """Inconclusive changes whose median change reaches the threshold: they fail a gate unless allowed."""
-        return [f for f in self.inconclusive if f.change is not None and abs(f.change) >= self.threshold]
+        return [f for f in self.inconclusive if beyond_threshold(f, self.threshold)]
 
     @property
     def time_signals(self) -> dict[tuple[str, str | None], int]:

@@ -26,6 +26,7 @@ __all__ = [
     "GroupPair",
     "config_key",
     "config_label",
+    "group_config",
     "Matching",
     "Unmatched",
     "match_groups",
@@ -126,6 +127,21 @@ class GroupPair:
 def representative(records: Sequence[RunRecord]) -> RunRecord:
     """The run that speaks for a group: its first failing run, else its first run."""
     return next((r for r in records if r.status not in USABLE_STATUSES), records[0])
+
+
+def group_config(records: Sequence[RunRecord]) -> RunConfig:
+    """The configuration a group of runs of one key measured together.
+
+    Rounds after the first request fewer metrics (:func:`torchgauge.config.later_round`), and
+    with several jobs the first record of a group need not be the first round's: this is the
+    config of the first record that requested every metric any of them did (the first round's),
+    else the first record's with the union of their metrics, in the order first requested.
+    """
+    wanted: list[str] = []
+    for record in records:
+        wanted += [m for m in record.config.metrics if m not in wanted]
+    full = next((r.config for r in records if set(wanted) <= set(r.config.metrics)), None)
+    return full if full is not None else records[0].config.with_(metrics=tuple(wanted))
 
 
 def run_values(record: RunRecord) -> dict[str, float | None]:

@@ -23,6 +23,11 @@ The rules (TorchBench's nightly guard, made noise-aware; docs/regression-detecti
 * **deterministic counts** (rule ``exact``: ``instructions``, ``op_counts``, ``flops``): the
   threshold alone (the quantity's own unless ``count_threshold``), reporting which
   operators' counts changed.
+* **deterministic values on a side with several runs** (rounds collect them in the first round
+  only): the value of the record(s) that carry it; records of one side that disagree (beyond
+  :data:`~torchgauge.compare.group_values.AGREEMENT_SPREAD_MULTIPLE` times the quantity's
+  ``spread``: any difference for exact counts) make the finding ``inconclusive``, naming the
+  values, instead of one being picked.
 * **statuses**: a usable run that now fails is a new failure; the reverse is a fix.
 
 Pure judging: no I/O, no measuring. ``bisect`` calls :func:`compare_results` too.
@@ -48,6 +53,7 @@ from ..stats.compare import (
     judge,
     median,
     pooled_or_group_medians,
+    relative_change,
 )
 from ..stats.deterministic import compare_counts, op_count_changes
 from .comparison import (
@@ -57,14 +63,17 @@ from .comparison import (
     Comparison,
     Finding,
     StatusChange,
+    beyond_threshold,
     exit_code,
     parse_threshold,
 )
 from .env_notes import hardware_note, threads_note
-from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, match_groups
+from .group_values import AGREEMENT_SPREAD_MULTIPLE, agree, listed, record_values
+from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, group_config, match_groups
 from .time_signal import DEFAULT_TIME_SIGNAL, TIME_SIGNAL_CHOICES, TIME_SIGNALS, signal_for
 
 __all__ = [
+    "AGREEMENT_SPREAD_MULTIPLE",
     "EXIT_INCONCLUSIVE",
     "EXIT_REGRESSION",
     "FINDING_KEYS",
@@ -115,15 +124,18 @@ def _sample_groups(records: Sequence[RunRecord], path: tuple[str, ...]) -> list[
     return groups
 
 
-def _values(records: Sequence[RunRecord], q: Quantity) -> list[float]:
-    return [v for v in (q.value(rec.metrics) for rec in records) if v is not None]
+def _by_op(records: Sequence[RunRecord]) -> dict[str, Any]:
+    """The per-operator counts of the first record that has them (rounds: the first round's)."""
+    for rec in records:
+        counts = rec.metrics.get(OP_COUNTS)
+        if isinstance(counts, dict) and counts.get("by_op"):
+            return counts["by_op"]
+    return {}
 
 
 def _op_changes(base: Sequence[RunRecord], new: Sequence[RunRecord]) -> dict[str, Any]:
     """``{"ops": {op: {"kind", "base", "new"}}}`` for operators whose per-step counts changed."""
-    b = (base[0].metrics.get(OP_COUNTS) or {}).get("by_op") or {}
-    n = (new[0].metrics.get(OP_COUNTS) or {}).get("by_op") or {}
-    changes = op_count_changes(b, n)
+    changes = op_count_changes(_by_op(base), _by_op(new))
     return {"ops": {c.op: {"kind": c.kind, "base": c.old, "new": c.new} for c in changes}} if changes else {}
 
 
@@ -220,7 +232,7 @@ def compare_results(
         if pair.unmatched is not None:
             unmatched.append(pair.unmatched)
             continue
-        cfg = pair.new[0].config
+        cfg = group_config(pair.new)
         signal, note = signal_for(time_signal, pair.base, pair.new)
         tested_on = {"signal": signal, **({"signal_note": note} if note else {})}
         for q in tested:
@@ -237,7 +249,7 @@ def compare_results(
     judged = judge([c for _, _, c, _ in timed], correction)
     findings = [_from_change(cfg, metric, c, on) for (cfg, metric, _, on), c in zip(timed, judged)] + others
     inconclusive = [f for f in findings if f.verdict == "inconclusive"]
-    inconclusive.sort(key=lambda f: f.change is None or abs(f.change) < threshold)  # beyond the threshold first
+    inconclusive.sort(key=lambda f: not beyond_threshold(f, threshold))  # beyond the threshold first
     return Comparison(
         inconclusive=inconclusive,
         hardware_note=hardware_note(base, new),
@@ -268,19 +280,51 @@ def _judge_untested(
     """The findings of one quantity judged without a rank test (its rule: memory, flag or exact)."""
     if q.rule == "flag":
         return _flag_findings(q, cfg, pair.base, pair.new)
-    bv, nv = _values(pair.base, q), _values(pair.new, q)
+    bv, nv = record_values(pair.base, q), record_values(pair.new, q)
     if not bv or not nv:
         return []
+    limit = threshold if q.rule == "memory" else q.threshold if count_threshold is None else count_threshold
+    if q.deterministic:
+        disagreement = _disagreement(q, cfg, bv, nv, limit)
+        if disagreement is not None:
+            return [disagreement]
     if q.rule == "memory":
         change = replace(compare_values(median(bv), median(nv), threshold=threshold), n_base=len(bv), n_new=len(nv))
         floor = memory_floor_mb(bv, nv, q.spread, memory_min_delta_mb)
         if abs(change.new - change.base) < floor:
             change = replace(change, verdict="unchanged")
         return [_from_change(cfg, q.record_key, change, {"floor_mb": round(floor, 1)})]
-    limit = q.threshold if count_threshold is None else count_threshold
-    change = compare_counts(median(bv), median(nv), threshold=limit)
+    change = replace(compare_counts(median(bv), median(nv), threshold=limit), n_base=len(bv), n_new=len(nv))
     detail = _op_changes(pair.base, pair.new) if q.name == OP_COUNTS and change.verdict != "unchanged" else {}
     return [_from_change(cfg, q.record_key, change, detail)]
+
+
+def _disagreement(
+    q: Quantity, cfg: RunConfig, base: Sequence[float], new: Sequence[float], threshold: float
+) -> Finding | None:
+    """An ``inconclusive`` finding when one side's records disagree on a deterministic quantity, else None.
+
+    Its ``change`` is the largest relative change between any base and any new value (what the
+    disagreement could hide: beyond ``threshold`` it fails the gate, exit 3); a disagreeing
+    side's value is None, its values are in the detail.
+    """
+    split = {side: values for side, values in (("base", base), ("new", new)) if not agree(values, q.spread)}
+    if not split:
+        return None
+    worst = max((relative_change(b, n) for b in base for n in new), key=abs)
+    said = "; ".join(
+        f"the {side} side's {len(values)} records disagree on {q.name} ({listed(values)})"
+        for side, values in split.items()
+    )
+    detail = {
+        "reason": f"{said}: a deterministic value is the same in every process of one build, so none is picked",
+        "base_values": list(base),
+        "new_values": list(new),
+        "threshold": threshold,
+    }
+    b = None if "base" in split else median(base)
+    n = None if "new" in split else median(new)
+    return Finding(cfg, q.record_key, b, n, worst, None, "inconclusive", len(base), len(new), detail)
 
 
 def measured_spread(values: Sequence[float]) -> float:

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..stats.deterministic import INSTRUCTIONS_THRESHOLD
+from ..stats.deterministic import INSTRUCTIONS_SPREAD, INSTRUCTIONS_THRESHOLD
 from .metrics import Quantity, register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -268,6 +268,7 @@ def _instrumentation_on(control: str) -> None:
             threshold=INSTRUCTIONS_THRESHOLD,
             rule="exact",
             title="CPU instructions per step",
+            spread=INSTRUCTIONS_SPREAD,
         )
     ],
 )

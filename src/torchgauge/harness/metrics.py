@@ -34,6 +34,7 @@ __all__ = [
     "RULES",
     "TIMED_PASS_METRICS",
     "MetricSpec",
+    "collected_once",
     "Quantity",
     "declare_quantities",
     "get_metric",
@@ -74,8 +75,10 @@ class Quantity:
     title: str = ""  # short human title in table headers and chart legends, e.g. "CPU mem"
     samples: tuple[str, ...] = ()  # path of the raw per-step samples (rank_test); value() falls back to their median
     ratio_key: str | None = None  # the column name in compare-backends/-devices ratios; None: not a ratio column
-    # rule "memory": the largest run-to-run spread (max - min over fresh processes) measured for
-    # it, as a fraction of its median (benchmarks/memory_spread.py); 0 for a deterministic value
+    # The largest run-to-run spread (max - min over fresh processes) measured for it, as a fraction
+    # of its median: rule "memory" scales its floor with it (benchmarks/memory_spread.py); for a
+    # deterministic quantity it is the wobble within which two processes' values still agree
+    # (0: exactly equal; compare says so when one side's records disagree beyond it)
     spread: float = 0.0
 
     def __post_init__(self) -> None:
@@ -121,6 +124,15 @@ class MetricSpec:
     description: str
     collect: MetricFn
     quantities: tuple[Quantity, ...] = ()
+
+    @property
+    def deterministic(self) -> bool:
+        """Every value it judges is the same in every process of a configuration: it declares
+        quantities, and each one ``compare`` judges (rule other than ``none``) is deterministic.
+        A quantity only shown beside them (``tflops``: the count over this process's timed
+        median) does not make the pass worth repeating."""
+        judged = [q for q in self.quantities if q.rule != "none"]
+        return bool(judged) and all(q.deterministic for q in judged)
 
 
 _METRICS: dict[str, MetricSpec] = {}
@@ -175,6 +187,21 @@ def validate_metrics(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         if n not in seen:
             seen.append(n)
     return tuple(seen)
+
+
+def collected_once(name: str) -> bool:
+    """Whether metric ``name`` needs collecting in one process per configuration only (its
+    :attr:`MetricSpec.deterministic`): ``run --rounds k`` collects it in the first round
+    (:func:`torchgauge.config.plan`). The timed pass's metrics are measured in every process.
+
+    Example:
+        >>> collected_once("op_counts"), collected_once("time"), collected_once("leak")
+        (True, False, False)
+    """
+    if name in TIMED_PASS_METRICS:
+        return False
+    _load_metric_modules()
+    return get_metric(name).deterministic
 
 
 def quantities() -> tuple[Quantity, ...]:

@@ -1,4 +1,11 @@
-"""Rows of ``torchgauge history``: a configuration's series with the step detector's marks."""
+"""Rows of ``torchgauge history``: a configuration's series with the step detector's marks.
+
+One row per stored run: a run made with ``--rounds k`` stores k records of each configuration
+(one per process), which make one point, read as ``compare`` reads a side: the status of its
+first failing record, the median of its records' values, and a deterministic value (collected in
+the first round only) from the record(s) that carry it, or none, with a note, when they disagree
+(:mod:`torchgauge.compare.group_values`).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..compare.group_values import group_value, listed
 from ..compare.matching import config_key
-from ..harness.metrics import quantity
+from ..harness.metrics import Quantity, quantity
 from ..results.schema import RunConfig
 from ..results.store import SeriesPoint
 from ..stats.compare import DEFAULT_THRESHOLD
@@ -19,7 +27,9 @@ __all__ = [
     "PLOT_FORMATS",
     "HistoryTable",
     "history_tables",
+    "run_lead",
     "series_groups",
+    "stored_runs",
     "sparkline",
     "write_history_plot",
 ]
@@ -47,6 +57,32 @@ def series_groups(points: Sequence[SeriesPoint]) -> dict[str, list[SeriesPoint]]
     return {_series_label(pts[0].config): pts for pts in groups.values()}
 
 
+# Statuses whose values a history shows (an accuracy failure keeps its measurements).
+_MEASURED = ("ok", "fail_accuracy")
+
+
+def stored_runs(points: Sequence[SeriesPoint]) -> list[list[SeriesPoint]]:
+    """One configuration's points split by stored run (its records: one per round), oldest first."""
+    runs: dict[int, list[SeriesPoint]] = {}
+    for p in points:
+        runs.setdefault(p.suite_id, []).append(p)
+    return list(runs.values())
+
+
+def run_lead(points: Sequence[SeriesPoint]) -> SeriesPoint:
+    """The record that speaks for a stored run's records: its first failing one, else its first
+    (as :func:`torchgauge.compare.matching.representative` for ``compare``)."""
+    return next((p for p in points if p.status not in _MEASURED), points[0])
+
+
+def _run_value(q: Quantity, points: Sequence[SeriesPoint]) -> tuple[float | None, str]:
+    """A stored run's value of ``q`` (None when it failed or its records disagree) and a note."""
+    if run_lead(points).status not in _MEASURED:
+        return None, ""
+    found = group_value(points, q)
+    return found.value, f"records disagree: {listed(found.values)}" if found.disagree else ""
+
+
 def _series_label(c: RunConfig) -> str:
     return f"{c.mode}/{c.device}/{c.precision}/{c.backend}" + ("" if c.batch_size is None else f"/bs={c.batch_size}")
 
@@ -56,21 +92,25 @@ def history_tables(
 ) -> list[HistoryTable]:
     """Group ``points`` by configuration and mark level changes of at least ``threshold``.
 
-    Failed runs keep their row (value ``None``) and do not break a segment. A step the
-    quantity's ``better`` way is an improvement, the other way a regression (upward for
+    One row per stored run (:func:`stored_runs`; a rounds run's records make one point).
+    Failed runs keep their row (value ``None``) and do not break a segment; a run whose
+    records disagree on a deterministic value has none either, and its ``step`` cell says so. A
+    step the quantity's ``better`` way is an improvement, the other way a regression (upward for
     time, memory and counts; downward for TFLOP/s).
     """
     q = quantity(metric)
     worse = 1.0 if q.better == "lower" else -1.0  # sign of a step's change that is a regression
     tables = []
-    for label, pts in series_groups(points).items():
-        values = [q.value(p.metrics) if p.status in ("ok", "fail_accuracy") else None for p in pts]
-        segments = detect_steps(values)
+    for label, config_points in series_groups(points).items():
+        runs = stored_runs(config_points)
+        pts = [run_lead(run) for run in runs]
+        values, notes = zip(*(_run_value(q, run) for run in runs))
+        segments = detect_steps(list(values))
         level = {i: seg.level for seg in segments for i in range(seg.start, seg.end)}
         steps = detect_regressions(segments, threshold, direction="both")
         marks = {s.position: s for s in steps}
         rows = []
-        for i, (p, v) in enumerate(zip(pts, values)):
+        for i, (p, v, note) in enumerate(zip(pts, values, notes)):
             step = marks.get(i)
             kind = None if step is None else "regression" if step.change * worse > 0 else "improvement"
             mark = "" if step is None else f"{kind} {step.change:+.1%}"
@@ -83,7 +123,7 @@ def history_tables(
                     p.status,
                     v,
                     level.get(i),
-                    mark,
+                    "; ".join(m for m in (mark, note) if m),
                 ]
             )
         tables.append(

@@ -21,12 +21,14 @@ __all__ = [
     "FINDING_COLUMNS",
     "comparison_json",
     "finding_rows",
+    "flagged_by_line",
     "format_value",
     "render_markdown",
+    "signal_name",
     "time_signal_line",
 ]
 
-FINDING_COLUMNS = ("model", "config", "metric", "base", "new", "change", "p-value")
+FINDING_COLUMNS = ("model", "config", "metric", "signal", "base", "new", "change", "p-value")
 # Environment fields shown side by side, in this order (the JSON keeps the whole env).
 ENV_KEYS = (
     "torch_version",
@@ -69,6 +71,31 @@ def _change(f: Finding) -> str:
     return "-" if f.change is None else f"{f.change:+.1%}"
 
 
+# How each tested signal is named for people.
+_SIGNAL_NAMES = {"cpu": "per-step process CPU time", "wall": "wall time"}
+
+
+def signal_name(f: Finding) -> str:
+    """What judged a finding, from the registry's facts: the time series a rank test read, or a
+    quantity and its rule (``ATen operators per step, deterministic count``). No Markdown
+    punctuation, so that it reads the same escaped in a table."""
+    if "signal" in f.detail:
+        return f"{_SIGNAL_NAMES.get(f.detail['signal'], f.detail['signal'])}, rank test"
+    q = _judged(f.metric)
+    if q is None:
+        return f.metric
+    title = q.title or q.name
+    if q.rule == "rank_test":  # a finding made before the signal was recorded
+        return f"{title}, rank test"
+    if q.rule == "exact":
+        return f"{title}, deterministic count"
+    if q.rule == "memory":
+        return f"{title}, deterministic" if q.deterministic else f"{title}, process peak over a spread floor"
+    if q.rule == "flag":
+        return f"{title}, leak flag" if q.record_key == "leak" else f"{title}, flag"
+    return title
+
+
 def _p(p: float | None) -> str:
     return "-" if p is None else f"{p:.2g}"
 
@@ -86,6 +113,7 @@ def finding_rows(findings: Iterable[Finding]) -> list[list[str]]:
             f.config.model,
             _config(f),
             f.metric,
+            signal_name(f),
             format_value(f.metric, f.base),
             format_value(f.metric, f.new),
             _change(f),
@@ -121,8 +149,16 @@ def _ops_lines(findings: Iterable[Finding]) -> list[str]:
     return out
 
 
-# How each tested signal is named for people.
-_SIGNAL_NAMES = {"cpu": "per-step process CPU time", "wall": "wall time"}
+def flagged_by_line(findings: Iterable[Finding]) -> str | None:
+    """``3 by per-step process CPU time, rank test; 1 by ATen operators per step, deterministic count``:
+    which signals flagged these findings, most first (None for none)."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        name = signal_name(f)
+        counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    return "; ".join(f"{n} by {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def time_signal_line(cmp: Comparison) -> str | None:
@@ -178,8 +214,11 @@ def render_markdown(cmp: Comparison, *, base_label: str = "base", new_label: str
     for note in (cmp.hardware_note, cmp.threads_note):
         if note:
             lines += [f"**Warning: {markdown_text(note)}**", ""]
+    flagged = flagged_by_line(cmp.regressions)
+    if flagged:  # which signal gates: a noise-free count, a rank test on CPU or wall time, a memory floor
+        lines += [f"**Regressions flagged by:** {markdown_text(flagged)}.", ""]
     if cmp.inconclusive:
-        lines += ["## Inconclusive (the test cannot reach alpha)", ""]
+        lines += ["## Inconclusive (the test cannot reach alpha, or one side's records disagree)", ""]
         lines += _table(
             (*FINDING_COLUMNS, "reason"),
             [[*row, f.detail.get("reason", "")] for row, f in zip(finding_rows(cmp.inconclusive), cmp.inconclusive)],

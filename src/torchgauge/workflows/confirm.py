@@ -11,7 +11,10 @@ medians per side (:func:`~torchgauge.stats.compare.pooled_or_group_medians`) and
 false-alarm rate holds against between-process noise too.
 
 Each side runs ``python -m torchgauge.cli run ...`` in its own interpreter (a virtual
-environment per build), once per round for all flagged configurations together. The
+environment per build), once per round for all flagged configurations together; as in
+``run --rounds``, deterministic metrics (operator counts, FLOPs, the tensor peak) are
+re-measured in the first round only (:func:`torchgauge.config.later_round`), and a confirmation
+of such counts alone takes one round. The
 model names come from results files, possibly made elsewhere: they are checked against
 the registry first (:func:`~torchgauge.registry.validate_model_names`) and passed after
 ``--``, and every other value is bound to its option as ``--opt=value``, so nothing in a
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..compare.regression import Comparison, Finding, compare_results
+from ..config import later_round
 from ..results.schema import ResultsFile, RunConfig, RunRecord, load_results
 from ..stats.compare import rounds_needed
 
@@ -162,7 +166,10 @@ def confirm_comparison(
         return cmp
     configs = list(flagged.values())
     _check_names(configs, request)
-    rounds = request.rounds or rounds_needed(len(configs), cmp.alpha)
+    # after the first round, what is the same in every process (deterministic metrics) is not re-measured:
+    # flagged counts alone need one round
+    later = [c for c in map(later_round, configs) if c is not None]
+    rounds = (request.rounds or rounds_needed(len(configs), cmp.alpha)) if later else 1
     base_runs: list = []
     new_runs: list = []
     envs: dict[str, dict] = {}
@@ -173,7 +180,7 @@ def confirm_comparison(
             # ABBA: base first in even rounds, candidate first in odd ones
             order = [("base", request.baseline_python), ("new", request.candidate_python)]
             for side, python in order if r % 2 == 0 else order[::-1]:
-                part = rerun_configs(python, configs, Path(tmp), request, f"{side}-{r}")
+                part = rerun_configs(python, configs if r == 0 else later, Path(tmp), request, f"{side}-{r}")
                 (base_runs if side == "base" else new_runs).extend(part.runs)
                 envs.setdefault(side, part.env)
     again = compare_results(

@@ -14,17 +14,18 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...compare.matching import config_key, representative
 from ...compare.regression import TIME_METRIC, compare_results
 from ...harness.metrics import quantities
-from ...results.schema import ResultsFile
+from ...results.schema import ResultsFile, RunRecord
 from ...results.store import SeriesPoint, Store, SuiteInfo
 from ...stats.compare import DEFAULT_THRESHOLD
 from ...stats.summary import IQR_WARN_THRESHOLD, summarize
-from ..history import history_tables, series_groups
+from ..history import history_tables, run_lead, series_groups, stored_runs
 
 __all__ = [
     "ENV_FIELDS",
@@ -142,6 +143,24 @@ def _time_summary(
     return t.get("median"), t.get("ci_low"), t.get("ci_high"), noisy
 
 
+def _group_time_summary(
+    records: Sequence[RunRecord | SeriesPoint],
+) -> tuple[float | None, float | None, float | None, bool | None]:
+    """:func:`_time_summary` of one configuration's records in one stored run: a single record's
+    own; for several (rounds: one process each) the median of their medians and its interval, as
+    ``compare`` tests them. A run whose first failing record failed has none."""
+    lead = next((r for r in records if r.status not in MEASURED_STATUSES), records[0])
+    if lead.status not in MEASURED_STATUSES:
+        return None, None, None, None
+    if len(records) == 1:
+        return _time_summary(records[0].metrics, records[0].status)
+    medians = [m for m in (_time_summary(r.metrics, r.status)[0] for r in records) if m is not None]
+    if not medians:
+        return None, None, None, None
+    s = summarize(medians)
+    return s.median, s.ci_low, s.ci_high, s.noisy
+
+
 def _suite_info(store: Store, suite_id: int) -> SuiteInfo:
     return next(s for s in store.suites() if s.id == suite_id)
 
@@ -169,8 +188,12 @@ def latest_run(store: Store, *, threshold: float = DEFAULT_THRESHOLD, machine: s
             for s in group:
                 found[s.config.key()] = (kind, s)
     rows = []
-    for r in results.runs:
-        median, lo, hi, noisy = _time_summary(r.metrics, r.status)
+    groups: dict[tuple, list[RunRecord]] = {}  # rounds store one record per process: one row per configuration
+    for record in results.runs:
+        groups.setdefault(config_key(record), []).append(record)
+    for records in groups.values():
+        r = representative(records)
+        median, lo, hi, noisy = _group_time_summary(records)
         kind, item = found.get(r.config.key(), (None, None))
         previous_ms = change = p_value = None
         if kind == "finding":
@@ -231,10 +254,10 @@ class ModelHistory:
     threshold: float = DEFAULT_THRESHOLD
 
 
-def _interval(point: SeriesPoint, metric: str) -> tuple[float | None, float | None]:
+def _interval(points: Sequence[SeriesPoint], metric: str) -> tuple[float | None, float | None]:
     if metric != "time":
         return None, None
-    _, low, high, _ = _time_summary(point.metrics, point.status)
+    _, low, high, _ = _group_time_summary(points)
     return low, high
 
 
@@ -247,7 +270,8 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
     details: dict[str, list[dict[str, Any]]] = {}
     for label, pts in groups.items():
         rows = []
-        for p in pts:
+        for run in stored_runs(pts):  # one point per stored run, as history_tables rows
+            p = run_lead(run)
             env = {k: (p.env or {}).get(k) for k in ENV_FIELDS}
             env["torch_version"] = env["torch_version"] or p.torch_version
             env["torch_git_version"] = env["torch_git_version"] or p.torch_git_version
@@ -262,7 +286,7 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
                     "status": p.status,
                     "error": p.error,
                     "env": env_ids[key],
-                    "traces": trace_paths(p.metrics),
+                    "traces": [t for point in run for t in trace_paths(point.metrics)],
                 }
             )
         details[label] = rows
@@ -274,12 +298,13 @@ def model_history(store: Store, model: str, *, threshold: float = DEFAULT_THRESH
         series = []
         for label, pts in groups.items():
             (table,) = history_tables(pts, metric, threshold=threshold)
-            bounds = [_interval(p, metric) for p in pts]
+            runs = stored_runs(pts)
+            bounds = [_interval(run, metric) for run in runs]
             series.append(
                 SeriesData(
                     label,
                     [row[0] for row in table.rows],
-                    [p.created_at for p in pts],
+                    [run[0].created_at for run in runs],
                     [row[5] for row in table.rows],
                     [b[0] for b in bounds],
                     [b[1] for b in bounds],

@@ -430,3 +430,18 @@ def test_records_of_one_side_that_disagree_on_a_count_are_named_not_picked() -> 
     assert not again.inconclusive_beyond_threshold
     (inst,) = [g for g in again.unchanged if g.metric == "instructions"]
     assert (inst.new, inst.n_new) == (1_001_000, 2)
+
+
+def test_a_metric_measured_on_one_side_only_is_listed_not_dropped() -> None:
+    # A nightly whose op_counts pass failed (or was not requested) must not read as "no change in op_counts"
+    counts = {"total": 100, "by_op": {"aten::mm": 100}}
+    base = _rf(_run("m", 10, op_counts=counts), _run("k", 10))
+    new = _rf(_run("m", 10, seed=1), _run("k", 10, seed=1, op_counts=counts))
+    cmp = compare_results(base, new)
+    lost = sorted((u.model, u.metric, u.side, u.detail) for u in cmp.unmatched if u.reason == "metric_missing")
+    assert lost == [
+        ("k", "op_counts", "base", "op_counts measured in new only: not compared"),
+        ("m", "op_counts", "new", "op_counts measured in base only: not compared"),
+    ]
+    assert {f.metric for f in cmp.unchanged} == {"time_ms"} and cmp.compared == 2  # time still judged
+    assert not compare_results(base, base).unmatched  # both sides alike: nothing to say

@@ -60,6 +60,17 @@ def _warn_missing(cmp, labels: dict[str, str], term) -> None:
         term.warning(
             f"{len(configs)} configuration(s) of the other side are MISSING from {label}, not compared: {shown}"
         )
+    lost: dict[str, list[str]] = {}
+    for u in cmp.unmatched:
+        if u.reason == "metric_missing":
+            lost.setdefault(labels.get(u.side or "", u.side or "?"), []).append(f"{u.metric} of {u.config}")
+    for label, items in lost.items():
+        shown = ", ".join(items[:MISSING_SHOWN]) + (
+            f" and {len(items) - MISSING_SHOWN} more" if len(items) > MISSING_SHOWN else ""
+        )
+        term.warning(
+            f"{len(items)} metric(s) measured on the other side are MISSING from {label}, not compared: {shown}"
+        )
 
 
 @click.command("compare")

@@ -89,10 +89,11 @@ class Unmatched:
     model: str
     mode: str
     config: str  # the configuration label, e.g. "resnet18/eval/fp32/eager/bs=default"
-    reason: str  # "missing", "failed", "unsupported" (on both sides) or "batch_mismatch"
+    reason: str  # "missing", "failed", "unsupported" (on both sides), "batch_mismatch" or "metric_missing"
     detail: str  # human sentence: which side and why
     side: str | None = None  # label of the side that lacks or failed the run; None for both
     status: str | None = None  # the failed run's status (reason "failed", or a "missing" whose one run failed)
+    metric: str | None = None  # reason "metric_missing": the quantity one side lacks
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

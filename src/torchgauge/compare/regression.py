@@ -69,7 +69,15 @@ from .comparison import (
 )
 from .env_notes import hardware_note, threads_note
 from .group_values import AGREEMENT_SPREAD_MULTIPLE, agree, listed, record_values
-from .matching import NOT_RUN_STATUSES, USABLE_STATUSES, GroupPair, Unmatched, group_config, match_groups
+from .matching import (
+    NOT_RUN_STATUSES,
+    USABLE_STATUSES,
+    GroupPair,
+    Unmatched,
+    config_label,
+    group_config,
+    match_groups,
+)
 from .time_signal import DEFAULT_TIME_SIGNAL, TIME_SIGNAL_CHOICES, TIME_SIGNALS, signal_for
 
 __all__ = [
@@ -243,7 +251,13 @@ def compare_results(
                     pooled_or_group_medians(bt), pooled_or_group_medians(nt), threshold=threshold, alpha=alpha
                 )
                 timed.append((cfg, q.record_key, change, tested_on))
+            elif bt or nt:
+                unmatched.append(_metric_missing(cfg, q.record_key, lacking="new" if bt else "base"))
         for q in untested:
+            if q.rule != "flag" and bool(record_values(pair.base, q)) != bool(record_values(pair.new, q)):
+                lacking = "base" if record_values(pair.new, q) else "new"
+                unmatched.append(_metric_missing(cfg, q.record_key, lacking=lacking))
+                continue
             others.extend(_judge_untested(q, cfg, pair, threshold, count_threshold, memory_min_delta_mb))
 
     judged = judge([c for _, _, c, _ in timed], correction)
@@ -267,6 +281,14 @@ def compare_results(
         base_env=dict(base.env),
         new_env=dict(new.env),
     )
+
+
+def _metric_missing(cfg: RunConfig, metric: str, *, lacking: str) -> Unmatched:
+    """A quantity one side measured and the other did not (not requested there, or its pass failed):
+    not compared, and said so, so that a gate that silently lost its signal is visible."""
+    present = "base" if lacking == "new" else "new"
+    detail = f"{metric} measured in {present} only: not compared"
+    return Unmatched(cfg.model, cfg.mode, config_label(cfg), "metric_missing", detail, side=lacking, metric=metric)
 
 
 def _judge_untested(

@@ -272,7 +272,7 @@ def _create_speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
         # Utterances as the reference's recognizer takes them, unpadded: (T_i, 320) features and an
         # int32 length (1,) each; the default eval batch is TorchBench's one utterance. Lengths are
         # drawn on the host (the first the longest), so a meta-device build knows them too.
-        others = torch.randint(frames // 2, frames + 1, (ctx.batch_size - 1,), generator=ctx.generator())
+        others = torch.randint(frames // 2, frames + 1, (ctx.batch_size - 1,), generator=ctx.generator(), device="cpu")
         utterances = []
         for n in [frames, *others.tolist()]:
             feats = stack_low_frame_rate(ctx.randn(1, n, 80))[0]

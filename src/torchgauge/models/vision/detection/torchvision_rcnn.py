@@ -208,7 +208,7 @@ SMOKE_TRANSFORM = TransformConfig(min_size=(128,), max_size=213)
 def _raw_coco_batch(ctx: BuildContext, size: tuple[int, int], num_classes: int, max_boxes: int):
     """One raw image ``(3, H, W)`` in [0, 1) and its COCO-style target: boxes, labels 1..K, uint8 masks."""
     image = ctx.rand(3, *size)
-    count = int(ctx.randint(1, max_boxes + 1, (1,)).item())
+    count = int(torch.randint(1, max_boxes + 1, (1,), generator=ctx.generator(), device="cpu"))  # host: meta too
     boxes = random_boxes(ctx, count, size)
     target = {
         "boxes": boxes,
@@ -236,9 +236,9 @@ def init_detecting_prior(cls_score: nn.Linear, generator: torch.Generator) -> li
     Returns the class ids that score over the threshold.
     """
     num_classes = cls_score.out_features - 1
-    present = (torch.randperm(num_classes, generator=generator)[:PRESENT_CLASSES] + 1).tolist()
+    present = (torch.randperm(num_classes, generator=generator, device="cpu")[:PRESENT_CLASSES] + 1).tolist()
     others = (1.0 - PRIOR_BACKGROUND - PRIOR_PRESENT * PRESENT_CLASSES) / (num_classes - PRESENT_CLASSES)
-    prior = torch.full((num_classes + 1,), others)
+    prior = torch.full((num_classes + 1,), others, device="cpu")
     prior[0] = PRIOR_BACKGROUND
     prior[present] = PRIOR_PRESENT
     with torch.no_grad():

@@ -154,7 +154,8 @@ class Workload:
         grad_scaler: loss scaler for fp16 AMP training (None otherwise); ``train_step``
             scales the loss and unscales before the optimizer step when it is set.
         compile_probe: attached by :func:`torchgauge.backends.apply_backend` for a compiling
-            backend (None otherwise); ``measure`` reads the compile cost through it.
+            backend, or by a builder whose model compiles part of itself (sam_fast), None
+            otherwise; ``measure`` reads the compile cost through it.
 
     A compiling backend may also replace ``forward`` (or ``step``, or the module) on the
     instance with its compiled form; nothing else is attached to a workload after it is built.

@@ -173,6 +173,7 @@ def test_speech_transformer_targets_end_with_eos() -> None:
 
 
 def test_tacotron2_inference_decodes_as_many_frames_as_the_targets() -> None:
+    # tacotron2's eval is TorchBench's teacher-forced forward; the autoregressive loop is tacotron2_inference's
     w = torchgauge.create("tacotron2_inference", mode="eval", size="smoke")
     mel, gate = w.step()
     frames = w.inputs[2].size(2)

@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
+import torchgauge
 from torchgauge.registry import get_builder, get_spec
 from torchgauge.workload import BuildContext
 
@@ -59,6 +60,96 @@ def _build(name: str, mode: str, device: str) -> Any:
     return builder(ctx)
 
 
+# -- step facts: what the timed step does, where TorchBench's code fixes it --------------------
+# A row may carry ``step_facts`` on both sides: TorchBench's read from its code (``step_facts_src``),
+# ours measured by the reader below, built from the workload (settings) or observed while a smoke
+# step runs (what runs inside the step). A row whose verdict is match must agree on every fact.
+
+
+def _speech_transformer_facts() -> dict[str, Any]:
+    eval_w = _build("speech_transformer", "eval", "meta")  # full size: the search settings
+    smoke = torchgauge.create("speech_transformer", mode="eval", size="smoke")
+    model, calls = smoke.module, []
+    decode = model.decode
+    model.decode = lambda ys, *args, **kw: calls.append(tuple(ys.shape)) or decode(ys, *args, **kw)
+    (result,) = smoke.step()
+    train_w = torchgauge.create("speech_transformer", mode="train", size="smoke")
+    steps = []
+    step = train_w.optimizer.step
+    train_w.optimizer.step = lambda *a, **kw: steps.append(1) or step(*a, **kw)
+    train_w.step()
+    search, lengths = eval_w.search, [length for _, length in calls]
+    whole_prefix = lengths == sorted(lengths) and sorted(set(lengths)) == list(range(1, result.steps + 1))
+    return {
+        "eval_utterances": len(eval_w.inputs),
+        "beam_size": search.beam_size,
+        "nbest": search.nbest,
+        "decode_max_len": search.decode_max_len,
+        # one live hypothesis per decoder call, each over all its ids so far (no cache): step i's
+        # calls see i + 1 ids
+        "decoder_batch": max(batch for batch, _ in calls),
+        "decoder_input": "whole prefix" if whole_prefix else "other",
+        "optimizer_steps_per_train_step": len(steps),
+    }
+
+
+def _vision_maskrcnn_facts() -> dict[str, Any]:
+    full = _build("vision_maskrcnn", "eval", "meta")
+    cfg, transform = full.module.cfg, full.module.transform.cfg
+    smoke = torchgauge.create("vision_maskrcnn", mode="eval", size="smoke")
+    seen = []
+    handle = smoke.module.transform.register_forward_hook(lambda mod, args, out: seen.append(args[0][0].shape))
+    (detection,) = smoke.step()
+    handle.remove()
+    train_w = torchgauge.create("vision_maskrcnn", mode="train", size="smoke")
+    sgd = train_w.optimizer.defaults
+    (images,) = smoke.inputs
+    in_unit_range = [i.dim() == 3 and i.is_floating_point() and 0 <= i.min() <= i.max() <= 1 for i in images]
+    raw = isinstance(images, list) and all(in_unit_range)
+    return {
+        "model_input": "list of raw float images in [0, 1]" if raw else "other",
+        "transform_in_step": seen == [smoke.inputs[0][0].shape],
+        "min_size": transform.min_size[-1],
+        "max_size": transform.max_size,
+        "size_divisible": transform.size_divisible,
+        "image_mean": list(transform.image_mean),
+        "image_std": list(transform.image_std),
+        "rpn_pre_nms_top_n_test": cfg.rpn_pre_nms_topk[1],
+        "rpn_post_nms_top_n_test": cfg.rpn_post_nms_topk[1],
+        "rpn_nms_thresh": cfg.rpn_nms_thresh,
+        "box_score_thresh": cfg.score_thresh,
+        "box_nms_thresh": cfg.nms_thresh,
+        "box_detections_per_img": cfg.detections_per_image,
+        "masks_at_original_size": tuple(detection["masks"].shape[-2:]) == tuple(smoke.inputs[0][0].shape[-2:]),
+        "optimizer": f"SGD(lr={sgd['lr']}, momentum={sgd['momentum']}, weight_decay={sgd['weight_decay']})",
+    }
+
+
+def _sam_fast_facts() -> dict[str, Any]:
+    from torchgauge.models.nlp.hf import sam as sam_module
+
+    asked = []
+    create = sam_module._create_sam
+    sam_module._create_sam = lambda ctx, *args, **kw: asked.append(args)
+    try:  # the CUDA-only builder's request, without building (a device object needs no GPU)
+        get_builder("sam_fast")(BuildContext("sam_fast", "eval", torch.device("cuda"), 32, "full"))
+    finally:
+        sam_module._create_sam = create
+    ((dtype, attention, encoder_compile),) = asked
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "attention": attention,
+        "image_encoder_compile_mode": encoder_compile["mode"],
+    }
+
+
+STEP_FACT_READERS = {
+    "speech_transformer": _speech_transformer_facts,
+    "vision_maskrcnn": _vision_maskrcnn_facts,
+    "sam_fast": _sam_fast_facts,
+}
+
+
 def measure_ours(name: str, build: str, modes: tuple[str, ...] = ("train", "eval")) -> dict[str, Any]:
     """Our side of one row, read from the registry and (unless ``build == "spec"``) the workloads of ``modes``."""
     spec = get_spec(name)
@@ -74,6 +165,8 @@ def measure_ours(name: str, build: str, modes: tuple[str, ...] = ("train", "eval
     if hf_spec is not None:
         ours["seq_len"] = list(hf_spec.seq_len)
         ours["cpu_eval_seq_len"] = hf_spec.cpu_eval_seq_len or hf_spec.seq_len[1]
+    if name in STEP_FACT_READERS:
+        ours["step_facts"] = STEP_FACT_READERS[name]()
     if build == "spec":
         return ours
     for mode in (m for m in spec.modes if m in modes):
@@ -107,7 +200,14 @@ def mismatches_with_torchbench(tb: dict[str, Any], ours: dict[str, Any]) -> list
     for key in ("seq_len", "cpu_eval_seq_len"):
         if key in tb and tb[key] != ours.get(key):
             problems.append(f"{key} {ours.get(key)} vs {tb[key]}")
+    for fact, value in tb.get("step_facts", {}).items():
+        if ours.get("step_facts", {}).get(fact) != value:
+            problems.append(f"step fact {fact}: {ours.get('step_facts', {}).get(fact)!r} vs {value!r}")
     return problems
+
+
+def _facts(side: dict[str, Any]) -> str:
+    return "; ".join(f"{k} {v}" for k, v in side["step_facts"].items())
 
 
 def render_markdown(table: dict[str, Any]) -> str:
@@ -129,7 +229,9 @@ def render_markdown(table: dict[str, Any]) -> str:
         "",
         f"**{matched} of {len(rows)} shared names match** (parameters within "
         f"{PARAM_RTOL:.1%}, batch sizes per mode and on CPU, modes, input shapes and dtypes); "
-        "the others say how they differ.",
+        + ("the others say how they differ. " if matched < len(rows) else "")
+        + "Where TorchBench's code fixes what its step does (decoding settings, what runs inside the step, "
+        "thresholds, dtype, compilation), those step facts are compared too.",
         "",
         "| model | verdict | params TorchBench / ours | batch TorchBench / ours (CPU) |",
         "|---|---|---|---|",
@@ -190,6 +292,8 @@ def render_markdown(table: dict[str, Any]) -> str:
         if tb.get("inputs_src"):
             out.append(f"  - inputs from `{tb['inputs_src']}`")
         out.append(f"  - step: {tb['step']}")
+        if tb.get("step_facts"):
+            out.append(f"  - step facts ({tb['step_facts_src']}): {_facts(tb)}")
         ours_line = f"- **Ours**: modes {', '.join(ours['modes'])}; batch {ours['batch'][0]} / {ours['batch'][1]}" + (
             f", CPU {ours['cpu_batch'][0]} / {ours['cpu_batch'][1]}" if ours["cpu_batch"] != ours["batch"] else ""
         )
@@ -212,6 +316,8 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, "
                 f"eval on CPU {ours['cpu_eval_seq_len']}"
             )
+        if ours.get("step_facts"):
+            out.append(f"  - step facts: {_facts(ours)}")
         if row.get("data"):
             out.append(f"- **Data**: {row['data']}")
         if row.get("kept_as"):
@@ -255,6 +361,14 @@ def test_verdict_agrees_with_the_values(name: str) -> None:
         assert not problems, f"{name} is marked match but differs: {problems}"
     else:
         assert row["verdict"].startswith("differs: "), row["verdict"]
+
+
+def test_a_step_fact_that_drifts_is_a_mismatch() -> None:
+    row = TABLE["models"]["speech_transformer"]
+    ours = {**row["ours"], "step_facts": {**row["ours"]["step_facts"], "beam_size": 1}}
+    assert mismatches_with_torchbench(row["torchbench"], ours) == ["step fact beam_size: 1 vs 5"]
+    del ours["step_facts"]
+    assert len(mismatches_with_torchbench(row["torchbench"], ours)) == len(row["torchbench"]["step_facts"])
 
 
 def test_create_takes_the_cpu_batch_size_on_cpu() -> None:

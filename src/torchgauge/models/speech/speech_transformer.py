@@ -7,6 +7,7 @@ TorchBench. Input: 80-dim filterbank frames (10 ms) stacked at a low frame rate 
 6 + 6 post-LN layers (d_model 512, 8 heads, d_ff 2048, with biases), character decoder over
 AISHELL-1's 4,233 symbols with the output projection tied to the embedding, label-smoothed
 (0.1) cross-entropy. The layers are ``common.transformer_layers``' (those of ``nlp.transformer``).
+Every weight matrix starts Xavier-uniform, as the reference's ``Transformer.__init__`` sets them.
 
 Train is TorchBench's ``train()`` (its ``config.py`` ``SpeechTransformerTrainConfig.train``): one
 training pass over its single prefetched batch with the model in train mode, then its
@@ -14,12 +15,15 @@ training pass over its single prefetched batch with the model in train mode, the
 ``cross_valid`` is False): two Adam(betas (0.9, 0.98), eps 1e-9) steps per call, at the Noam
 learning rate ``k * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5)`` (k 0.2, warmup 1).
 
-Eval: the reference runs beam search (beam 5) on one utterance until <eos>; here eval is greedy
-decoding of a fixed 100 steps for the whole batch (no early stop), so the work does not depend
-on what random weights predict. Like the reference, each step re-runs the decoder on the prefix.
+Eval is TorchBench's ``eval()``: ``recognize`` on one utterance, the reference decoder's
+``recognize_beam`` with TorchBench's settings (:class:`BeamSearch`: beam 5, 1-best, at most 100
+steps). See :meth:`SpeechTransformer.beam_search` for what runs on the device and what on the host.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -31,10 +35,35 @@ from torchgauge.workload import BuildContext, Workload
 from ..common.padding import length_mask, random_lengths
 from ..common.transformer_layers import DecoderLayer, EncoderLayer, causal_mask, sinusoid_table
 
-__all__ = ["SpeechTransformer", "stack_low_frame_rate"]
+__all__ = ["BeamSearch", "Recognition", "SpeechTransformer", "stack_low_frame_rate"]
 
 IGNORE_ID = -1  # padding of the decoder targets
 NOAM_K, NOAM_WARMUP = 0.2, 1  # TorchBench's TransformerOptimizer settings (k, warmup_steps)
+
+
+@dataclass(frozen=True)
+class BeamSearch:
+    """Decoding settings of the reference's ``recognize`` (TorchBench's ``SpeechTransformerEvalConfig``)."""
+
+    beam_size: int = 5  # hypotheses kept per step, and candidates drawn from each
+    nbest: int = 1  # finished hypotheses returned, best first
+    decode_max_len: int = 100  # steps at most; 0: as many as the utterance has encoder frames
+
+    def max_steps(self, encoder_frames: int) -> int:
+        return self.decode_max_len if self.decode_max_len > 0 else encoder_frames
+
+
+class Recognition(NamedTuple):  # a tuple, so pytrees and the accuracy check see its tensors
+    """What :meth:`SpeechTransformer.beam_search` returns.
+
+    ``nbest``: dicts of ``score`` (a device scalar, the summed log-probabilities) and ``yseq``
+    (the ids, <sos> first and <eos> last, as a host list), best first. ``steps``: decoding steps
+    run; ``decoder_calls``: decoder passes (one per live hypothesis per step).
+    """
+
+    nbest: list[dict]
+    steps: int
+    decoder_calls: int
 
 
 def stack_low_frame_rate(feats: torch.Tensor, m: int = 4, n: int = 3) -> torch.Tensor:
@@ -77,7 +106,11 @@ class SpeechTransformer(nn.Module):
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers_enc))
         self.embedding = nn.Embedding(vocab_size, d_model)  # also the output projection
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers_dec))
-        nn.init.xavier_normal_(self.embedding.weight)
+        # The reference's Transformer re-initialises every matrix (embedding included) Xavier-uniform;
+        # with random weights this sets the logits' spread, hence which step <eos> wins a beam.
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
 
     def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``feats (B, T, d_input)`` to encoder states ``(B, T, d_model)`` and the key mask ``(B, 1, 1, T)``."""
@@ -90,7 +123,11 @@ class SpeechTransformer(nn.Module):
         return x, key_mask
 
     def decode(
-        self, ys_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, ys_valid: torch.Tensor | None = None
+        self,
+        ys_in: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None,
+        ys_valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Decoder inputs ``(B, U)`` (<sos> first) to logits ``(B, U, V)``; ``ys_valid`` marks non-padding."""
         U = ys_in.size(1)
@@ -111,41 +148,82 @@ class SpeechTransformer(nn.Module):
         memory, memory_mask = self.encode(feats, feat_lens)
         return self.decode(ys_in, memory, memory_mask, ys_valid)
 
-    def recognize(self, feats: torch.Tensor, feat_lens: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy decoding of ``steps`` characters; returns ids ``(B, steps + 1)`` and their log-probs summed."""
-        memory, memory_mask = self.encode(feats, feat_lens)
-        ys = torch.full((feats.size(0), 1), self.sos_id, dtype=torch.long, device=feats.device)
-        score = memory.new_zeros(feats.size(0))
-        for _ in range(steps):
-            log_probs = F.log_softmax(self.decode(ys, memory, memory_mask)[:, -1], dim=-1)  # (B, V)
-            best, next_id = log_probs.max(dim=-1)
-            score = score + best
-            ys = torch.cat((ys, next_id[:, None]), dim=1)
-        return ys, score
+    def recognize(self, feats: torch.Tensor, feat_len: torch.Tensor, search: BeamSearch) -> Recognition:
+        """One utterance ``feats (T, d_input)`` with ``feat_len (1,)``: encode, then :meth:`beam_search`."""
+        memory, _ = self.encode(feats[None], feat_len)
+        return self.beam_search(memory, search)
+
+    def beam_search(self, memory: torch.Tensor, search: BeamSearch) -> Recognition:
+        """Beam search over the decoder for one utterance's encoder states ``memory (1, T, d_model)``.
+
+        The reference's ``recognize_beam``, step for step. Each step decodes every live hypothesis
+        on its own (batch 1) over its whole prefix, without a cache, and takes its ``beam_size``
+        best next ids; the ``beam_size`` best extensions of all of them by summed log-probability
+        survive. At the last step <eos> is appended to each survivor. A hypothesis ending in <eos>
+        leaves the beam for good (the beam is not refilled), and decoding stops when none is left.
+
+        What is host-side stays host-side, as in the reference: the beam is a Python list; each
+        extension's score is a device scalar (``score + log p``) and its id is read back to the
+        host (``int``); the survivors are picked by Python's ``sorted`` on the device scalars
+        (each comparison reads one back); the <eos> test reads back each survivor's last id.
+        """
+        device, beam = memory.device, search.beam_size
+        max_steps = search.max_steps(memory.size(1))
+        live: list[tuple[float | torch.Tensor, torch.Tensor]] = [
+            (0.0, torch.full((1, 1), self.sos_id, dtype=torch.long, device=device))
+        ]
+        ended: list[tuple[torch.Tensor, torch.Tensor]] = []
+        steps = calls = 0
+        for step in range(max_steps):
+            steps += 1
+            survivors: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for score, yseq in live:  # (1, i + 1) ids, <sos> first
+                calls += 1
+                logits = self.decode(yseq, memory, None)[:, -1]  # (1, V)
+                top_logp, top_ids = F.log_softmax(logits, dim=-1).topk(beam, dim=1)  # (1, beam) each
+                for j in range(beam):
+                    extended = torch.ones(1, yseq.size(1) + 1, dtype=torch.long, device=device)
+                    extended[:, :-1] = yseq
+                    extended[:, -1] = int(top_ids[0, j])
+                    survivors.append((score + top_logp[0, j], extended))
+                survivors = sorted(survivors, key=lambda h: h[0], reverse=True)[:beam]
+            if step == max_steps - 1:  # the last step ends every hypothesis
+                eos = torch.full((1, 1), self.eos_id, dtype=torch.long, device=device)
+                survivors = [(score, torch.cat((yseq, eos), dim=1)) for score, yseq in survivors]
+            live = []
+            for hypothesis in survivors:
+                (ended if bool(hypothesis[1][0, -1] == self.eos_id) else live).append(hypothesis)
+            if not live:
+                break
+        best = sorted(ended, key=lambda h: h[0], reverse=True)[: search.nbest]
+        return Recognition([{"score": s, "yseq": y[0].cpu().tolist()} for s, y in best], steps, calls)
 
 
 class RecognitionWorkload(Workload):
-    """Train: two teacher-forced steps (train mode, then eval mode); eval: greedy decoding of fixed length."""
+    """Train: two teacher-forced steps (train mode, then eval mode); eval: beam search per utterance.
+
+    Eval ``inputs`` are ``((feats (T_i, 320), length (1,) int32), ...)``, one pair per utterance.
+    """
 
     def __init__(
         self,
         ctx: BuildContext,
         module: SpeechTransformer,
         inputs: tuple,
-        targets: torch.Tensor,
+        targets: torch.Tensor | None,
         *,
-        decode_steps: int,
+        search: BeamSearch,
         optimizer: torch.optim.Optimizer | None,
     ) -> None:
         super().__init__(ctx, module, inputs, targets, optimizer=optimizer)
-        self.decode_steps = decode_steps
+        self.search = search
         self.noam_steps = 0
 
     def forward(self):
         if self.ctx.train:
             return self.module(*self.inputs)
-        feats, feat_lens = self.inputs[:2]
-        return self.module.recognize(feats, feat_lens, self.decode_steps)
+        # The reference's eval loop: each utterance decoded in turn (TorchBench prepares one).
+        return [self.module.recognize(feats, feat_len, self.search) for feats, feat_len in self.inputs]
 
     def train_step(self) -> torch.Tensor:
         """A step in train mode, then one in eval mode (dropout off), each at its Noam learning rate."""
@@ -178,25 +256,35 @@ def _transcripts(ctx: BuildContext, sos_id: int, eos_id: int, max_len: int) -> t
     return ys_in, ys_valid, ys_out
 
 
+# Smoke: the same layers at toy width (46M parameters and their Adam state take seconds on a CPU),
+# and a 4-step beam search (the full-size bound is 100).
+_SMOKE = dict(vocab_size=64, d_model=64, d_inner=128, n_layers_enc=2, n_layers_dec=2, n_head=2, d_k=32, d_v=32)
+_SMOKE_DECODE_MAX_LEN = 4
+
+
 def _create_speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
-    # Smoke: the same layers at toy width (46M parameters and their Adam state take seconds on a CPU).
-    smoke = (
-        dict(vocab_size=64, d_model=64, d_inner=128, n_layers_enc=2, n_layers_dec=2, n_head=2, d_k=32, d_v=32)
-        if ctx.smoke
-        else {}
-    )
-    model = SpeechTransformer(**(smoke | kwargs))
+    search_fields = {k: kwargs.pop(k) for k in ("beam_size", "nbest", "decode_max_len") if k in kwargs}
+    search = BeamSearch(**{"decode_max_len": ctx.pick(100, _SMOKE_DECODE_MAX_LEN), **search_fields})
+    model = SpeechTransformer(**((_SMOKE if ctx.smoke else {}) | kwargs))
     # AISHELL utterances: about 6 s of 10 ms frames (600 frames, 200 after stacking), up to 24 characters.
     frames = ctx.pick(600, 30)
+    if not ctx.train:
+        # Utterances as the reference's recognizer takes them, unpadded: (T_i, 320) features and an
+        # int32 length (1,) each; the default eval batch is TorchBench's one utterance. Lengths are
+        # drawn on the host (the first the longest), so a meta-device build knows them too.
+        others = torch.randint(frames // 2, frames + 1, (ctx.batch_size - 1,), generator=ctx.generator(), device="cpu")
+        utterances = []
+        for n in [frames, *others.tolist()]:
+            feats = stack_low_frame_rate(ctx.randn(1, n, 80))[0]
+            utterances.append((feats, torch.tensor([feats.size(0)], dtype=torch.int32, device=feats.device)))
+        return RecognitionWorkload(ctx, model, tuple(utterances), None, search=search, optimizer=None)
     frame_lens = random_lengths(ctx, ctx.batch_size, frames, min_len=frames // 2)
     fbank = ctx.randn(ctx.batch_size, frames, 80) * length_mask(frame_lens, frames)[..., None]
     feats = stack_low_frame_rate(fbank)
     feat_lens = -(-frame_lens // 3)
     ys_in, ys_valid, ys_out = _transcripts(ctx, model.sos_id, model.eos_id, ctx.pick(24, 5))
-    opt = ctx.optimizer(model.parameters(), "adam", lr=1e-4, betas=(0.9, 0.98), eps=1e-9) if ctx.train else None
-    return RecognitionWorkload(
-        ctx, model, (feats, feat_lens, ys_in, ys_valid), ys_out, decode_steps=ctx.pick(100, 3), optimizer=opt
-    )
+    opt = ctx.optimizer(model.parameters(), "adam", lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    return RecognitionWorkload(ctx, model, (feats, feat_lens, ys_in, ys_valid), ys_out, search=search, optimizer=opt)
 
 
 @register_model(
@@ -206,7 +294,8 @@ def _create_speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
     param_count=46_471_168,
     source="Dong et al. 2018; kaituoxu/Speech-Transformer",
     notes="param_count: the reference implementation with AISHELL-1's 4,233 characters; "
-    "eval = greedy decoding of 100 steps (the reference: beam 5 until <eos>)",
+    "eval = beam search (beam 5, 1-best, at most 100 steps, until every hypothesis ends in <eos>) "
+    "on one utterance, as TorchBench; model args beam_size, nbest, decode_max_len change it",
 )
 def speech_transformer(ctx: BuildContext, **kwargs) -> Workload:
     """Speech-Transformer (6 + 6 layers, d_model 512) on low-frame-rate filterbank features."""

@@ -18,8 +18,15 @@ on the device. TorchBench declares an eval batch of 32 but its step
 handles one image whatever the batch; we declare its 32 too, and ``samples_per_step`` says a
 step processes one image, which throughput counts. No training (TorchBench has none).
 
-``sam_fast`` is TorchBench's segment-anything-fast variant of the same network: bfloat16 weights
-and its CUDA kernels, so it runs on CUDA only (TorchBench marks CPU not implemented).
+``sam_fast`` is TorchBench's segment-anything-fast variant (``build_sam_fast_vit_h``): the same
+network with bfloat16 weights, attention through ``scaled_dot_product_attention`` (the image
+encoder's relative positions as its additive mask) and the image encoder compiled by
+``torch.compile(mode="max-autotune")`` when the model is built, so a default (eager-backend) run
+compiles it in warm-up as TorchBench's does. The predictor normalises the photo in float32 and
+casts it to bfloat16. segment-anything-fast's own Triton kernel for the four global-attention
+layers (``flash_4``) runs only with a Triton that still has block pointers; TorchBench switches it
+off otherwise (Triton 3.9 and later), and then its layers take the SDPA path these do. CUDA only,
+as TorchBench (CPU not implemented). ``--model-arg encoder_compile_mode=none`` leaves it eager.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from ....backends import COMPILE_MODES, CompileProbe
 from ....registry import register_model
 from ....workload import BuildContext, UnsupportedError, Workload
 from .factory import ATTN_IMPLEMENTATION, HF_PRELOAD, import_transformers
@@ -74,10 +82,11 @@ class SegmentAnythingWorkload(Workload):
         new_hw = (int(h * scale + 0.5), int(w * scale + 0.5))  # ResizeLongestSide
         # set_image: PIL resizes the uint8 photo on the host; torch.as_tensor copies it to the device
         resized = F.interpolate(photo.permute(2, 0, 1)[None].float(), size=new_hw, mode="bilinear", antialias=True)
-        image = resized.round().clamp(0, 255).to(torch.uint8).to(self.device).to(self.dtype)
+        image = resized.round().clamp(0, 255).to(torch.uint8).to(self.device).float()
+        # Sam.preprocess normalises with float32 buffers; set_torch_image then casts to the encoder's dtype
         mean = image.new_tensor(PIXEL_MEAN).view(1, 3, 1, 1)
         std = image.new_tensor(PIXEL_STD).view(1, 3, 1, 1)
-        image = F.pad((image - mean) / std, (0, self.side - new_hw[1], 0, self.side - new_hw[0]))
+        image = F.pad((image - mean) / std, (0, self.side - new_hw[1], 0, self.side - new_hw[0])).to(self.dtype)
         # predict: apply_coords scales the numpy point; both arrays become device tensors
         points = (point.to(self.device, self.dtype) * scale).view(1, 1, 1, 2)  # (batch, point batch, points, xy)
         labels = label.to(self.device).view(1, 1, 1)
@@ -89,23 +98,42 @@ class SegmentAnythingWorkload(Workload):
         return masks > 0.0, out.iou_scores, low_res
 
 
-def _create_sam(ctx: BuildContext, dtype: torch.dtype = torch.float32, **overrides: Any) -> Workload:
+# segment-anything-fast's build_sam_fast_vit_h: bfloat16, SDPA, the image encoder compiled in this mode.
+FAST_DTYPE = torch.bfloat16
+FAST_ATTENTION = "sdpa"
+FAST_ENCODER_COMPILE_MODE = "max-autotune"
+
+
+def _create_sam(
+    ctx: BuildContext,
+    dtype: torch.dtype = torch.float32,
+    attention: str = ATTN_IMPLEMENTATION,
+    encoder_compile: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Workload:
+    """SAM and its predictor's step; ``encoder_compile``: ``torch.compile`` keyword arguments for the
+    image encoder (compiled lazily, in the first step), or None to leave it eager."""
     transformers = import_transformers()
     vision = {**(SAM_SMOKE if ctx.smoke else SAM_VIT_H), **overrides}
     # The prompt encoder's dense grid must match the encoder's (image_size / patch_size per side).
     prompt = {"image_size": vision["image_size"], "patch_size": vision["patch_size"]}
-    config = transformers.SamConfig(
-        vision_config=vision, prompt_encoder_config=prompt, attn_implementation=ATTN_IMPLEMENTATION
-    )
+    config = transformers.SamConfig(vision_config=vision, prompt_encoder_config=prompt, attn_implementation=attention)
     with torch.device(ctx.device):
         model = transformers.SamModel(config).to(dtype)
+    probe = None
+    if encoder_compile is not None:
+        model.vision_encoder = torch.compile(model.vision_encoder, **encoder_compile)
+        settings = ", ".join(f"{k}={v}" for k, v in encoder_compile.items())
+        probe = CompileProbe("inductor", notes=f"{ctx.name}: the model compiles its image encoder ({settings})")
     hw = ctx.pick(PHOTO_HW, (48, 72))
     # the predictor's inputs live on the host whatever the device (a seeded stand-in for the photo)
     host = torch.Generator(device="cpu").manual_seed(ctx.seed)
     photo = torch.randint(0, 256, (*hw, 3), generator=host, dtype=torch.uint8, device="cpu")
     point = torch.tensor([ctx.pick(POINT_XY, (20, 15))], dtype=torch.int64, device="cpu")
     label = torch.ones(1, dtype=torch.int64, device="cpu")
-    return SegmentAnythingWorkload(ctx, model, photo, point, label)
+    workload = SegmentAnythingWorkload(ctx, model, photo, point, label)
+    workload.compile_probe = probe  # a compiled encoder compiles in warm-up, whatever the backend
+    return workload
 
 
 _SOURCE = "Kirillov et al., Segment Anything, 2023; Hugging Face transformers SamModel (Apache-2.0)"
@@ -128,10 +156,20 @@ def sam(ctx: BuildContext, **kwargs: Any) -> Workload:
     domain="vision", task="segmentation", source=_SOURCE + "; segment-anything-fast (bfloat16)",
     batch_size=SAM_DECLARED_BATCH, samples_per_step=(None, 1), modes=("eval",), devices=("cuda",),
     preload=HF_PRELOAD, tags=("hf",), param_count=641_090_864,
-    notes="segment-anything-fast: bfloat16 and CUDA kernels; CUDA only (TorchBench: CPU not implemented)",
+    notes="segment-anything-fast: bfloat16, SDPA, image encoder compiled (max-autotune) when built, "
+    "compiling in warm-up; CUDA only (TorchBench: CPU not implemented); "
+    "--model-arg encoder_compile_mode=none keeps the encoder eager",
 )  # fmt: skip
-def sam_fast(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """SAM ViT-H in bfloat16 with SDPA attention, the segment-anything-fast recipe (CUDA only)."""
+def sam_fast(
+    ctx: BuildContext, encoder_compile_mode: str | None = FAST_ENCODER_COMPILE_MODE, **kwargs: Any
+) -> Workload:
+    """SAM ViT-H the segment-anything-fast way: bfloat16, SDPA, image encoder compiled (CUDA only)."""
+    if encoder_compile_mode in (None, False, "none"):
+        encoder_compile = None
+    elif encoder_compile_mode in COMPILE_MODES:
+        encoder_compile = {"mode": encoder_compile_mode}
+    else:
+        raise ValueError(f"encoder_compile_mode {encoder_compile_mode!r}; accepted: none, {', '.join(COMPILE_MODES)}")
     if ctx.device.type != "cuda":  # create() already refuses other devices; kept for direct calls
         raise UnsupportedError("sam_fast needs CUDA (segment-anything-fast's bfloat16 kernels)")
-    return _create_sam(ctx, dtype=torch.bfloat16, **kwargs)
+    return _create_sam(ctx, FAST_DTYPE, FAST_ATTENTION, encoder_compile, **kwargs)

@@ -20,6 +20,7 @@ from . import (
     fcos,  # noqa: F401  (registers models)
     rcnn,  # noqa: F401  (registers models)
     retinanet,  # noqa: F401  (registers models)
+    torchvision_rcnn,  # noqa: F401  (registers models)
     yolov3,  # noqa: F401  (registers models)
     yolov3_torchbench,  # noqa: F401  (registers models)
 )

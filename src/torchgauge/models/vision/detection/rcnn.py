@@ -8,8 +8,10 @@ Lin et al., "Feature Pyramid Networks" (2017). Variants are data in :class:`RCNN
 
 Training computes the RPN and RoI-head losses against synthetic ground truth; evaluation runs
 proposals, NMS and post-processing to final detections. With random weights the softmax
-scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so the registered models use
+scores sit near ``1 / (K + 1)``, under the 0.05 test threshold, so the Detectron2 models use
 ``BENCHMARK_SCORE_THRESH`` (0) and keep the full post-processing (and mask pasting) in the step.
+torchvision's Mask R-CNN (``vision_maskrcnn``) wraps this model in its transform and keeps its
+0.05 threshold with a class-score prior instead (``torchvision_rcnn``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .polygon_masks import ellipse_polygons
 from .rcnn_config import RCNNConfig
 from .rcnn_heads import RPN, RoIHeads
 
-__all__ = ["GeneralizedRCNN", "RCNNConfig"]
+__all__ = ["TORCHVISION_RCNN", "GeneralizedRCNN", "RCNNConfig", "rcnn_config"]
 
 
 class GeneralizedRCNN(nn.Module):
@@ -76,7 +78,17 @@ class GeneralizedRCNN(nn.Module):
         targets: Sequence[dict[str, Tensor]] | None = None,
         output_sizes: Sequence[tuple[int, int]] | None = None,
     ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
-        features = self.backbone((images - self.pixel_mean) / self.pixel_std)
+        return self.forward_normalized((images - self.pixel_mean) / self.pixel_std, image_sizes, targets, output_sizes)
+
+    def forward_normalized(
+        self,
+        images: Tensor,
+        image_sizes: Sequence[tuple[int, int]],
+        targets: Sequence[dict[str, Tensor]] | None = None,
+        output_sizes: Sequence[tuple[int, int]] | None = None,
+    ) -> dict[str, Tensor] | list[dict[str, Tensor]]:
+        """:meth:`forward` on images already normalised (torchvision's transform does it per image)."""
+        features = self.backbone(images)
         if self.cfg.neck == "fpn":
             pyramid = self.fpn([features[name] for name in STAGE_NAMES])  # P2..P6
             rpn_features, roi_features = pyramid, pyramid[:4]  # the RoI heads pool from P2..P5
@@ -93,7 +105,7 @@ class GeneralizedRCNN(nn.Module):
 _SINGLE_MAP_RPN = dict(rpn_pre_nms_topk=(12000, 6000), rpn_post_nms_topk=(2000, 1000))
 # torchvision's maskrcnn_resnet50_fpn: 91 class ids (0 = background), torchvision ResNet,
 # legacy RoIAlign with 2x2 sampling, smooth-L1 (beta 1/9) losses, ImageNet normalisation.
-_TORCHVISION = dict(
+TORCHVISION_RCNN = dict(
     num_classes=90,
     background_first=True,
     stride_in_1x1=False,
@@ -122,6 +134,12 @@ _SMOKE_NARROW = dict(width=16, fc_dim=256, fpn_channels=64, mask_dim=64)
 DETECTRON2_SOURCE = "Detectron2 model zoo (Wu et al., 2019), Faster/Mask R-CNN (Ren et al., 2015; He et al., 2017)"
 
 
+def rcnn_config(ctx: BuildContext, family: dict[str, Any], **kwargs: Any) -> RCNNConfig:
+    """The variant's config: ``family`` defaults, then the smoke sizes (at smoke), then ``kwargs``."""
+    smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
+    return RCNNConfig(**{**family, **smoke, **kwargs})
+
+
 def _create_rcnn(
     ctx: BuildContext,
     *,
@@ -142,8 +160,7 @@ def _create_rcnn(
     detections at each image's original size (:class:`ResizedDetectionWorkload`).
     ``polygon_masks``: ground-truth masks as polygons (Detectron2's format) instead of bitmasks.
     """
-    smoke = {**_SMOKE, **_SMOKE_NARROW} if ctx.smoke else {}
-    cfg = RCNNConfig(**{"score_thresh": BENCHMARK_SCORE_THRESH, **family, **smoke, **kwargs})
+    cfg = rcnn_config(ctx, {"score_thresh": BENCHMARK_SCORE_THRESH, **family}, **kwargs)
     model = GeneralizedRCNN(cfg)
     images, image_sizes, targets = synthetic_detection_batch(
         ctx,
@@ -264,19 +281,6 @@ def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
 def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""
     return _detectron2(ctx, depth=101, neck="fpn", mask_on=True, **kwargs)
-
-
-@register_model(
-    domain="vision",
-    task="instance_segmentation",
-    source="torchvision maskrcnn_resnet50_fpn (He et al., Mask R-CNN, 2017)",
-    batch_size=(1, 1),  # TorchBench vision_maskrcnn DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
-    param_count=44_401_393,
-)
-def vision_maskrcnn(ctx: BuildContext, **kwargs: Any) -> Workload:
-    """torchvision's Mask R-CNN ResNet-50-FPN (91 class ids, torchvision ResNet and RoIAlign)."""
-    family = {**_TORCHVISION, "mask_threshold": None}  # torchvision returns mask probabilities
-    return _create_rcnn(ctx, family=family, **{"depth": 50, "neck": "fpn", "mask_on": True, **kwargs})
 
 
 @register_model(

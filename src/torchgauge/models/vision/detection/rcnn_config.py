@@ -47,6 +47,10 @@ class RCNNConfig:
     nms_thresh: float = 0.5  # test-time per-class NMS
     detections_per_image: int = 100
     mask_threshold: float | None = 0.5  # pasted masks become bool at this probability; None keeps them (torchvision)
+    # False: the RoI heads return each detection's (1, M, M) mask probabilities unpasted, as
+    # torchvision's RoIHeads do (its transform pastes them at the original image size).
+    paste_masks: bool = True
+    detection_min_size: float = 0.0  # detections narrower or shorter than this are dropped before NMS (tv: 1e-2)
     pixel_mean: tuple[float, float, float] = (103.53, 116.28, 123.675)  # BGR, MSRA models
     # Detectron2's MSRA configs divide by 1.0 because their caffe-converted stem expects raw
     # 0-255 pixels; with random weights that starts activations ~60x too large and the first

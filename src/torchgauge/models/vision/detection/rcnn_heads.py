@@ -316,10 +316,18 @@ class RoIHeads(nn.Module):
             boxes = clip_boxes(image_boxes.view(image_boxes.shape[0], -1, 4)[:, first_fg:], size)  # (R, K, 4)
             rows, columns = torch.nonzero(scores > cfg.score_thresh).unbind(1)
             boxes, scores = boxes[rows, columns], scores[rows, columns]
+            if cfg.detection_min_size > 0:  # torchvision's remove_small_boxes
+                sides = boxes[:, 2:] - boxes[:, :2]
+                large = torch.nonzero((sides >= cfg.detection_min_size).all(dim=1)).squeeze(1)
+                boxes, scores, columns = boxes[large], scores[large], columns[large]
             keep = batched_nms(boxes, scores, columns, cfg.nms_thresh, cfg.detections_per_image)
             detections.append({"boxes": boxes[keep], "scores": scores[keep], "labels": columns[keep] + first_fg})
         # Mask logits come from the boxes at input scale, before any rescaling to the output size.
         mask_probs = self._mask_probs(features, detections) if cfg.mask_on else None
+        if mask_probs is not None and not cfg.paste_masks:  # torchvision: (N, 1, M, M), pasted by its transform
+            for detection, image_probs in zip(detections, mask_probs):
+                detection["masks"] = image_probs[:, None]
+            return detections
         if output_sizes is not None:
             kept = rescale_detections(detections, image_sizes, output_sizes)
             mask_probs = None if mask_probs is None else [p[k] for p, k in zip(mask_probs, kept)]

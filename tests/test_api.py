@@ -89,3 +89,21 @@ def test_compare_picks_backends_or_regressions(tmp_path) -> None:
     assert isinstance(cmp, BackendComparison) and cmp.rows[0].speedup == pytest.approx(2.5)
     judged = torchgauge.compare(torchgauge.load(eager), slower, threshold=0.05)
     assert isinstance(judged, Comparison) and [f.config.model for f in judged.regressions] == ["m1"]
+
+
+def test_run_with_torchbench_precision_stores_concrete_precisions() -> None:
+    res = torchgauge.run(
+        ["planted_ok", "planted_torchbench_fp16"],
+        mode="eval",
+        precision="torchbench",
+        size="smoke",
+        repeat=1,
+        warmup=0,
+        isolate=False,
+        model_files=[PLANTED],
+    )
+    assert [(r.config.model, r.config.precision, r.status) for r in res] == [
+        ("planted_ok", "fp32", "ok"),
+        ("planted_torchbench_fp16", "fp16", "unsupported"),  # as when fp16 is asked for by name
+    ]
+    assert "does not support precision 'fp16'" in res[1].error

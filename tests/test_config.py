@@ -275,3 +275,41 @@ def test_batch_size_auto_takes_tuned_eval_sizes_from_the_store(tmp_path) -> None
     ]
     assert len(notes) == 1 and "for untuned; using the default" in notes[0]
     assert all(c.batch_size == 3 for c in plan(["tuned"], BASE, batch_size=3))
+
+
+def test_plan_resolves_torchbench_precision_per_model_device_and_mode() -> None:
+    # Planning is pure: CUDA configurations are planned (not run) without a GPU.
+    def planned(models: list[str], device: str) -> dict[tuple[str, str], str]:
+        return {(c.model, c.mode): c.precision for c in plan(models, BASE, device=device, precision="torchbench")}
+
+    assert set(planned(["resnet50", "pytorch_unet", "hf_Bert", "yolov3", "dlrm"], "cpu").values()) == {"fp32"}
+    assert planned(["resnet50", "pytorch_unet", "basic_gnn_gcn"], "cuda") == {
+        ("resnet50", "train"): "fp32",  # TorchVisionModel declares an eval default only
+        ("resnet50", "eval"): "fp16",
+        ("pytorch_unet", "train"): "amp",  # its own DEFAULT_TRAIN_CUDA_PRECISION
+        ("pytorch_unet", "eval"): "amp",
+        ("basic_gnn_gcn", "train"): "fp32",  # BasicGNNModel is no GNNModel: no fp16 default
+        ("basic_gnn_gcn", "eval"): "fp32",
+    }
+    assert planned(["yolov3"], "cuda:1") == {("yolov3", "train"): "fp32", ("yolov3", "eval"): "amp"}
+
+
+def test_torchbench_precision_is_resolved_in_vary_grids_and_every_round() -> None:
+    grid = {"precision": ("fp32", "torchbench")}
+    configs = plan(["resnet50"], BASE, modes=("eval",), device="cuda", vary=grid, rounds=2)
+    assert [c.precision for c in configs] == ["fp32", "fp16", "fp32", "fp16"]
+    # the two configurations stay distinct runs with unchanged keys (compare/history pair on precision)
+    assert len({c.key() for c in configs}) == 2
+
+
+def test_torchbench_precision_needs_a_registered_model() -> None:
+    from torchgauge.registry import UnknownModelError
+
+    with pytest.raises(UnknownModelError, match="no_such_model"):
+        plan(["no_such_model"], BASE, precision="torchbench")
+
+
+def test_check_names_accepts_torchbench_and_lists_it() -> None:
+    check_names("torchbench", "eager")
+    with pytest.raises(ConfigError, match="'fp8'; accepted: fp32, tf32, fp16, bf16, amp, torchbench"):
+        check_names("fp8", "eager")

@@ -86,9 +86,22 @@ def test_an_indexed_spec_is_the_registered_one_without_its_builder() -> None:
         tags=frozenset({"a"}),
         preload=("x",),
         module="torchgauge.models.other.m",
+        torchbench_precision={"cuda": {"eval": "fp16"}},
         extra={"torchbench_name": "y"},
     )
     assert spec_from_entry(json.loads(json.dumps(spec_entry(spec)))) == spec
     assert spec_from_entry(spec_entry(spec)).batch_size("eval", "cpu") == 2  # the CPU default before any import
     old_entry = {k: v for k, v in spec_entry(spec).items() if k not in ("cpu_batch_size", "samples_per_step")}
     assert spec_from_entry(old_entry) == dataclasses.replace(spec, cpu_batch_size=None, samples_per_step=None)
+
+
+def test_index_carries_torchbench_default_precisions() -> None:
+    from torchgauge.model_index import read_index, spec_from_entry
+
+    entries = {e["name"]: e for e in read_index()}
+    assert entries["resnet50"]["torchbench_precision"] == {"cuda": {"eval": "fp16"}}
+    assert entries["pytorch_unet"]["torchbench_precision"] == {"cuda": {"eval": "amp", "train": "amp"}}
+    assert entries["dlrm"]["torchbench_precision"] == {}
+    assert spec_from_entry(entries["resnet50"]).torchbench_default("eval", "cuda") == "fp16"
+    older = {k: v for k, v in entries["resnet50"].items() if k != "torchbench_precision"}  # an index before it
+    assert spec_from_entry(older).torchbench_precision == {}

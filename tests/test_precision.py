@@ -172,3 +172,47 @@ def test_workload_without_registry_entry_is_accepted() -> None:
     w = ctx.finish(Workload(ctx, nn.Linear(3, 2), (ctx.randn(2, 3),)))
     apply_precision(w, "fp16")
     assert w.step().dtype == torch.float16
+
+
+def test_torchbench_defaults_name_registered_precisions() -> None:
+    from torchgauge.registry.model_spec import TORCHBENCH_PRECISIONS
+
+    assert set(TORCHBENCH_PRECISIONS) <= set(list_precisions())
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"cuda": {"infer": "fp16"}}, "torchbench_precision mode 'infer'; accepted: the model's train, eval"),
+        ({"tpu": {"eval": "fp16"}}, "torchbench_precision device 'tpu'; accepted: the model's cpu, cuda"),
+        ({"cuda": {"eval": "amp_fp16"}}, "torchbench_precision 'amp_fp16'; accepted: fp32, tf32, fp16, bf16, amp"),
+        ({"cuda": "fp16"}, "accepted: mode -> precision"),
+    ],
+)
+def test_register_model_checks_its_torchbench_precision(declared: dict, message: str) -> None:
+    from torchgauge.registry import register_model
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        register_model(domain="other", task="t", source="s", batch_size=1, torchbench_precision=declared)
+
+
+def test_torchbench_default_is_fp32_unless_declared() -> None:
+    from torchgauge.registry import get_spec, register_model
+
+    @register_model(
+        domain="other",
+        task="t",
+        source="s",
+        batch_size=1,
+        modes=("eval",),
+        torchbench_precision={"cuda": {"eval": "fp16"}, "cpu": {"eval": "fp32"}},
+    )
+    def tb_precision_declared(ctx):  # never built
+        raise AssertionError
+
+    spec = get_spec("tb_precision_declared")
+    assert spec.torchbench_precision == {"cuda": {"eval": "fp16"}}  # an fp32 entry says nothing
+    assert (spec.torchbench_default("eval", "cuda"), spec.torchbench_default("eval", "cpu")) == ("fp16", "fp32")
+    assert spec.torchbench_default("train", "cuda") == "fp32" and spec.as_dict()["torchbench_precision"] == {
+        "cuda": {"eval": "fp16"}
+    }

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "MODES",
     "SIZES",
+    "TORCHBENCH_PRECISION",
     "Adaptive",
     "ConfigError",
     "RunConfig",
@@ -49,6 +50,10 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 # backward and optimizer step stay eager; "step": the whole iteration (forward, loss,
 # backward, optimizer step), as the dynamo harness compiles its model_iter_fn.
 COMPILE_SCOPES = ("forward", "step")
+# precision= this names TorchBench run.py's default per model, device and mode (its models' and
+# framework factories' DEFAULT_{EVAL,TRAIN}_CUDA_PRECISION, else fp32): plan() resolves it from the
+# registry's ``torchbench_precision``, so no RunConfig it returns, and no record, holds this name.
+TORCHBENCH_PRECISION = "torchbench"
 # RunOptions fields that only some backends read (torchgauge.backends.BackendSpec.accepts).
 BACKEND_OPTIONS = ("compile_mode", "dynamic", "compile_scope")
 
@@ -182,7 +187,7 @@ class RunConfig:
     model: str
     mode: str = "train"  # "train" | "eval"
     device: str = "cpu"
-    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | amp
+    precision: str = "fp32"  # fp32 | tf32 | fp16 | bf16 | amp (plan resolves "torchbench" to one)
     backend: str = "eager"  # eager | inductor | aot_eager | torchscript | cudagraphs | ...
     batch_size: int | None = None  # None: the model's registered default for the mode
     size: str = "full"  # "full" | "smoke"
@@ -212,11 +217,12 @@ class RunConfig:
 
 
 def check_names(precision: str, backend: str) -> None:
-    """ConfigError unless ``precision`` and ``backend`` are registered (imports torch)."""
+    """ConfigError unless ``precision`` (or ``torchbench``) and ``backend`` are registered (imports torch)."""
     from .configure import BACKENDS, PRECISIONS
 
-    if precision not in PRECISIONS:
-        raise ConfigError("precision", f"invalid precision {precision!r}; accepted: {', '.join(PRECISIONS)}")
+    if precision not in (*PRECISIONS, TORCHBENCH_PRECISION):
+        accepted = ", ".join((*PRECISIONS, TORCHBENCH_PRECISION))
+        raise ConfigError("precision", f"invalid precision {precision!r}; accepted: {accepted}")
     if backend not in BACKENDS:
         raise ConfigError("backend", f"invalid backend {backend!r}; accepted: {', '.join(BACKENDS)}")
 
@@ -297,7 +303,9 @@ def plan(
     Args:
         models: a :class:`torchgauge.suite.Selection` (patterns and filters), or model names taken as they are.
         base: everything not planned (device, precision, backend, size, repeat, metrics,
-            options, model arguments, ...); its ``model`` and ``mode`` are ignored.
+            options, model arguments, ...); its ``model`` and ``mode`` are ignored. Precision
+            ``torchbench`` (:data:`TORCHBENCH_PRECISION`, also as a vary value) becomes, per
+            model, mode and device, the concrete precision TorchBench's run.py defaults to.
         settings: RunConfig fields for every run, over ``base``'s (``size="smoke"``, ...).
         modes: ``train`` and/or ``eval``, in run order.
         vary: axis -> values; the grid is their product, first axis outermost, innermost of
@@ -315,7 +323,8 @@ def plan(
 
     Raises:
         ConfigError: a bad mode, size, repeat, warmup, rounds, batch size or vary axis. SelectionError: a
-        pattern matches nothing. StoreError: the batch store cannot be read (``auto``).
+        pattern matches nothing (UnknownModelError: precision ``torchbench`` for a name taken
+        as it is that no model registers). StoreError: the batch store cannot be read (``auto``).
     """
     planned = [k for k in settings if k in _PLANNED_ELSEWHERE or k == "batch_size"]
     if planned:
@@ -350,11 +359,25 @@ def plan(
                 config = base.with_(model=model, mode=mode)
                 for (axis, _), values in zip(axes, point):
                     config = _apply_axis(config, axis, values)
-                one_round.append(config)
+                one_round.append(_torchbench_precision(config) if config.precision == TORCHBENCH_PRECISION else config)
     if batch_size == "auto":
         one_round = _tuned_batch_sizes(one_round, batch_store, on_note)
     later = [c for c in (later_round(c) for c in one_round) if c is not None] if rounds > 1 else []
     return one_round + [c for _ in range(rounds - 1) for c in later]
+
+
+def _torchbench_precision(config: RunConfig) -> RunConfig:
+    """``config`` at the precision TorchBench's run.py defaults to for its model, mode and device type.
+
+    A model that cannot run it (``unsupported_precisions``) is refused by the worker exactly as
+    when that precision is asked for by name: status ``unsupported`` with the reason.
+
+    Example: ``resnet50`` eval on ``cuda:1`` -> fp16; train on CUDA, or anything on CPU -> fp32.
+    """
+    from .registry import get_spec
+
+    device_type = config.device.split(":", 1)[0]
+    return config.with_(precision=get_spec(config.model).torchbench_default(config.mode, device_type))
 
 
 def later_round(config: RunConfig) -> RunConfig | None:

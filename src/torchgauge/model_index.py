@@ -69,6 +69,7 @@ def spec_entry(spec: ModelSpec) -> dict[str, Any]:
         "tags": sorted(spec.tags),
         "param_count": spec.param_count,
         "unsupported_precisions": list(spec.unsupported_precisions),
+        "torchbench_precision": {d: dict(m) for d, m in sorted(spec.torchbench_precision.items())},
         "notes": spec.notes,
         "module": spec.module,
         "preload": list(spec.preload),
@@ -96,6 +97,7 @@ def spec_from_entry(entry: dict[str, Any]) -> ModelSpec:
         tags=frozenset(entry["tags"]),
         param_count=entry["param_count"],
         unsupported_precisions=tuple(entry["unsupported_precisions"]),
+        torchbench_precision=entry.get("torchbench_precision") or {},  # absent from older indexes
         notes=entry["notes"],
         module=entry["module"],
         preload=tuple(entry["preload"]),

@@ -119,7 +119,7 @@ def test_run_json_output(cli, tmp_path) -> None:
         (["planted_ok", "--device", "gpu"], "accepted: cpu, cuda"),
         (["planted_ok", "--repeat", "0"], "accepted: an integer >= 1"),
         (["planted_ok", "--metrics", "time,bogus"], "unknown metric 'bogus'"),
-        (["planted_ok", "--precision", "fp8"], "accepted: fp32"),
+        (["planted_ok", "--precision", "fp8"], "'fp8'; accepted: fp32, tf32, fp16, bf16, amp, torchbench"),
         (["planted_ok", "--shard", "3/2"], "invalid shard '3/2'"),
         (["planted_ok", "--model-arg", "oops"], "is not KEY=VALUE"),
     ],
@@ -261,3 +261,36 @@ def test_run_adaptive_repeats(cli, tmp_path) -> None:
     )
     code, _, err = cli("run", "planted_ok", "--model-file", PLANTED, "--adaptive", "2", "--output", str(out))
     assert code == 2 and "accepted: a fraction between 0 and 1" in err
+
+
+def test_precision_torchbench_runs_each_model_in_its_torchbench_default(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    code, _, _ = cli(
+        "run",
+        "planted_ok",
+        "planted_torchbench_fp16",
+        "--model-file",
+        PLANTED,
+        "--precision",
+        "torchbench",
+        "--size",
+        "smoke",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+        "--in-process",
+        "--output",
+        str(out),
+        "--quiet",
+    )
+    runs = {(r["model"], r["mode"]): r for r in json.loads(out.read_text())["runs"]}
+    assert code == 0  # unsupported does not fail the suite
+    # every record holds the concrete precision: fp32 where nothing is declared, the declared one else
+    assert {k: (r["precision"], r["status"]) for k, r in runs.items()} == {
+        ("planted_ok", "train"): ("fp32", "ok"),
+        ("planted_ok", "eval"): ("fp32", "ok"),
+        ("planted_torchbench_fp16", "train"): ("fp32", "ok"),
+        ("planted_torchbench_fp16", "eval"): ("fp16", "unsupported"),
+    }
+    assert "does not support precision 'fp16': planted:" in runs[("planted_torchbench_fp16", "eval")]["error"]

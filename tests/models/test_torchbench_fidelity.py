@@ -158,6 +158,8 @@ def measure_ours(name: str, build: str, modes: tuple[str, ...] = ("train", "eval
         "batch": [spec.batch_size("train"), spec.batch_size("eval")],
         "cpu_batch": [spec.batch_size("train", "cpu"), spec.batch_size("eval", "cpu")],
         "modes": list(spec.modes),
+        # what --precision torchbench resolves to where it is not fp32 (the registry's declaration)
+        "precision": {device: dict(modes) for device, modes in spec.torchbench_precision.items()},
     }
     if spec.samples_per_step is not None:  # a step processes a fixed count whatever the batch
         ours["samples_per_step"] = list(spec.samples_per_step)
@@ -200,10 +202,21 @@ def mismatches_with_torchbench(tb: dict[str, Any], ours: dict[str, Any]) -> list
     for key in ("seq_len", "cpu_eval_seq_len"):
         if key in tb and tb[key] != ours.get(key):
             problems.append(f"{key} {ours.get(key)} vs {tb[key]}")
+    if tb.get("precision") != ours.get("precision"):  # run.py's default, per device and mode
+        problems.append(f"torchbench precision {_precision(ours)} vs {_precision(tb)}")
     for fact, value in tb.get("step_facts", {}).items():
         if ours.get("step_facts", {}).get(fact) != value:
             problems.append(f"step fact {fact}: {ours.get('step_facts', {}).get(fact)!r} vs {value!r}")
     return problems
+
+
+def _precision(side: dict[str, Any], key: str = "precision") -> str:
+    """``"CUDA eval fp16, else fp32"``: a side's default precision per device and mode, fp32 unless named."""
+    declared = side.get(key)
+    if declared is None:
+        return "not recorded"
+    named = [f"{device.upper()} {mode} {p}" for device, modes in declared.items() for mode, p in modes.items()]
+    return f"{', '.join(named)}, else fp32" if named else "fp32"
 
 
 def _facts(side: dict[str, Any]) -> str:
@@ -233,8 +246,21 @@ def render_markdown(table: dict[str, Any]) -> str:
         + "Where TorchBench's code fixes what its step does (decoding settings, what runs inside the step, "
         "thresholds, dtype, compilation), those step facts are compared too.",
         "",
-        "| model | verdict | params TorchBench / ours | batch TorchBench / ours (CPU) |",
-        "|---|---|---|---|",
+        "**Precision.** TorchBench's run.py runs each model in its default precision "
+        "(`util/extra_args.py:86-101`): for eval on CUDA the model's or its framework factory's "
+        "`DEFAULT_EVAL_CUDA_PRECISION`, for train on CUDA its `DEFAULT_TRAIN_CUDA_PRECISION`, else fp32; so "
+        "`run.py resnet50 -d cuda -t eval` runs in fp16. torchgauge runs every model in fp32 unless told "
+        'otherwise (comparable across models); `--precision torchbench` (`precision="torchbench"` in '
+        "`torchgauge.run`) runs each model, device and mode in TorchBench's default instead, and every record "
+        "stores the concrete precision. Each row cites which class the model's `__init__.py` subclasses and the "
+        "declaration that applies; ours is the registration's `torchbench_precision`, which must equal it. "
+        "TorchBench's fp16 (`enable_fp16`: module and float32 inputs cast, `util/model.py:470-473`) is our "
+        "fp16; its amp (fp16 `torch.cuda.amp.autocast`, with a GradScaler where the model's own step has one) "
+        "is our amp.",
+        "",
+        "| model | verdict | params TorchBench / ours | batch TorchBench / ours (CPU) "
+        "| default precision TorchBench / ours |",
+        "|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         tb, ours = row["torchbench"], row["ours"]
@@ -250,7 +276,8 @@ def render_markdown(table: dict[str, Any]) -> str:
         ours_params = f"{ours['params']:,}" if ours.get("params") is not None else "n/a"
         verdict = "match" if row["verdict"] == "match" else "**differs**"
         out.append(
-            f"| [{name}](#{name.lower()}) | {verdict} | {tb_params} / {ours_params} | {batch(tb)} vs {batch(ours)} |"
+            f"| [{name}](#{name.lower()}) | {verdict} | {tb_params} / {ours_params} | {batch(tb)} vs {batch(ours)} "
+            f"| {_precision(tb)} / {_precision(ours)} |"
         )
     out += [
         "",
@@ -292,6 +319,9 @@ def render_markdown(table: dict[str, Any]) -> str:
         if tb.get("inputs_src"):
             out.append(f"  - inputs from `{tb['inputs_src']}`")
         out.append(f"  - step: {tb['step']}")
+        if "precision" in tb:
+            declared = f" (declared: {_precision(tb, 'precision_declared')})" if tb.get("precision_declared") else ""
+            out.append(f"  - default precision {_precision(tb)}{declared}: {tb['precision_src']}")
         if tb.get("step_facts"):
             out.append(f"  - step facts ({tb['step_facts_src']}): {_facts(tb)}")
         ours_line = f"- **Ours**: modes {', '.join(ours['modes'])}; batch {ours['batch'][0]} / {ours['batch'][1]}" + (
@@ -316,6 +346,8 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"  - sequence length {ours['seq_len'][0]} / {ours['seq_len'][1]}, "
                 f"eval on CPU {ours['cpu_eval_seq_len']}"
             )
+        if "precision" in ours:
+            out.append(f"  - `--precision torchbench`: {_precision(ours)}")
         if ours.get("step_facts"):
             out.append(f"  - step facts: {_facts(ours)}")
         if row.get("data"):
@@ -369,6 +401,24 @@ def test_a_step_fact_that_drifts_is_a_mismatch() -> None:
     assert mismatches_with_torchbench(row["torchbench"], ours) == ["step fact beam_size: 1 vs 5"]
     del ours["step_facts"]
     assert len(mismatches_with_torchbench(row["torchbench"], ours)) == len(row["torchbench"]["step_facts"])
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_row_records_torchbench_default_precision_with_its_source(name: str) -> None:
+    tb = TABLE["models"][name]["torchbench"]
+    assert isinstance(tb.get("precision"), dict) and tb.get("precision_src"), f"{name}: no default precision"
+    assert f"models/{name}/__init__.py:" in tb["precision_src"]  # the class the model subclasses
+    for modes in tb["precision"].values():
+        assert set(modes) <= set(tb.get("modes", ("train", "eval"))), f"{name}: a default for a mode it lacks"
+
+
+def test_a_precision_declaration_that_drifts_is_a_mismatch() -> None:
+    row = TABLE["models"]["resnet50"]
+    assert row["torchbench"]["precision"] == {"cuda": {"eval": "fp16"}}
+    ours = {**row["ours"], "precision": {}}  # a registration that dropped torchbench_precision
+    assert mismatches_with_torchbench(row["torchbench"], ours) == [
+        "torchbench precision fp32 vs CUDA eval fp16, else fp32"
+    ]
 
 
 def test_create_takes_the_cpu_batch_size_on_cpu() -> None:

@@ -65,7 +65,13 @@ from .run_flags import batch_size_flag, parse_run_flags
     show_default=True,
     help="'smoke' runs every model at tiny shapes (seconds on a CPU).",
 )
-@click.option("--precision", default="fp32", show_default=True, help="fp32, tf32, fp16, bf16, amp.")
+@click.option(
+    "--precision",
+    default="fp32",
+    show_default=True,
+    help="fp32, tf32, fp16, bf16, amp, or torchbench: TorchBench run.py's default for each model, device "
+    "and mode (fp16 or amp for some CUDA runs, else fp32); every record stores the concrete precision.",
+)
 @click.option(
     "--backend", default="eager", show_default=True, help="eager, inductor, aot_eager, torchscript, cudagraphs, ..."
 )

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .model_spec import DOMAINS, MODES, ModelSpec
+from .model_spec import DOMAINS, MODES, ModelSpec, check_torchbench_precision
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
@@ -48,6 +48,7 @@ def register_model(
     tags: Iterable[str] = (),
     param_count: int | None = None,
     unsupported_precisions: Iterable[str] = (),
+    torchbench_precision: Mapping[str, Mapping[str, str]] | None = None,
     notes: str = "",
     preload: Iterable[str] = (),
     **extra: Any,
@@ -67,13 +68,16 @@ def register_model(
         tags: labels as data (``"mlperf"``, ``"hf"``, ...).
         param_count: reference parameter count, checked by tests where given.
         unsupported_precisions: precisions the model cannot run in.
+        torchbench_precision: TorchBench run.py's default precision where it is not fp32, as
+            device type -> mode -> precision (``{"cuda": {"eval": "fp16"}}``); ``--precision
+            torchbench`` runs it. Cite TorchBench's declaration next to it.
         notes: free text shown by ``torchgauge list``.
         preload: modules the builder imports lazily and slowly; the runner imports them
             once in its forkserver when the model is selected, so workers start warm.
         extra: further metadata kept in ``ModelSpec.extra``.
 
     Raises:
-        ValueError: on a duplicate name, an unknown domain or mode.
+        ValueError: on a duplicate name, an unknown domain or mode, a bad ``torchbench_precision``.
     """
     if domain not in DOMAINS:
         raise ValueError(f"unknown domain {domain!r}; accepted: {', '.join(DOMAINS)}")
@@ -83,6 +87,8 @@ def register_model(
         raise ValueError(f"invalid modes {modes!r}; accepted: {', '.join(MODES)}")
     train_bs, eval_bs = (batch_size, batch_size) if isinstance(batch_size, int) else batch_size
     cpu_bs = (cpu_batch_size, cpu_batch_size) if isinstance(cpu_batch_size, int) else cpu_batch_size
+    devices = tuple(devices)
+    tb_precision = check_torchbench_precision(torchbench_precision or {}, modes, devices)
 
     def decorator(fn: Callable[..., Workload]) -> Callable[..., Workload]:
         name = fn.__name__
@@ -97,10 +103,11 @@ def register_model(
             cpu_batch_size=None if cpu_bs is None else (int(cpu_bs[0]), int(cpu_bs[1])),
             samples_per_step=None if samples_per_step is None else tuple(samples_per_step),
             modes=modes,
-            devices=tuple(devices),
+            devices=devices,
             tags=frozenset(tags),
             param_count=param_count,
             unsupported_precisions=tuple(unsupported_precisions),
+            torchbench_precision=tb_precision,
             notes=notes,
             module=fn.__module__,
             preload=tuple(preload),

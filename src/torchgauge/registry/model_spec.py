@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..workload import Workload
 
-__all__ = ["DOMAINS", "MODES", "SIZES", "AmbiguousModelError", "ModelFileError", "ModelSpec", "UnknownModelError"]
+__all__ = [
+    "DOMAINS",
+    "MODES",
+    "SIZES",
+    "TORCHBENCH_PRECISIONS",
+    "AmbiguousModelError",
+    "ModelFileError",
+    "ModelSpec",
+    "UnknownModelError",
+    "check_torchbench_precision",
+]
 
 # The six domains of the TorchBench paper's Table 1.
 DOMAINS = ("vision", "nlp", "recommendation", "rl", "speech", "other")
 MODES = ("train", "eval")
 SIZES = ("full", "smoke")
+# Our names of the precisions a TorchBench default can be (its "fp16" casts module and inputs as
+# our fp16 does; its "amp" is fp16 autocast on CUDA as our amp). Built-in precisions only: this
+# module imports no torch, tests/test_precision.py checks they are registered.
+TORCHBENCH_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 
 
 class UnknownModelError(KeyError):
@@ -58,6 +72,9 @@ class ModelSpec:
     tags: frozenset[str] = frozenset()  # free-form labels, e.g. "mlperf", "hf", "generation"
     param_count: int | None = None  # reference architecture's published parameter count
     unsupported_precisions: tuple[str, ...] = ()  # e.g. ("fp16",) with reasons in `notes`
+    # TorchBench run.py's default precision where it is not fp32: device type -> mode -> precision,
+    # e.g. {"cuda": {"eval": "fp16"}}; what ``--precision torchbench`` resolves to (config.plan).
+    torchbench_precision: Mapping[str, Mapping[str, str]] = field(default_factory=dict, hash=False)
     notes: str = ""  # anything a user should know (why a mode or precision is unsupported)
     module: str = ""  # python module that registered it (the architecture family)
     # Heavy modules the builder imports lazily (e.g. transformers): a suite run that selects
@@ -70,6 +87,14 @@ class ModelSpec:
         if device_type == "cpu" and self.cpu_batch_size is not None:
             return self.cpu_batch_size[0] if mode == "train" else self.cpu_batch_size[1]
         return self.train_batch_size if mode == "train" else self.eval_batch_size
+
+    def torchbench_default(self, mode: str, device_type: str) -> str:
+        """TorchBench run.py's default precision for ``mode`` on ``device_type`` (``"cuda"``, not ``"cuda:1"``).
+
+        Example: ``resnet50`` declares ``{"cuda": {"eval": "fp16"}}``, so ``torchbench_default("eval",
+        "cuda") == "fp16"`` and every other mode and device gives ``"fp32"``.
+        """
+        return self.torchbench_precision.get(device_type, {}).get(mode, "fp32")
 
     def step_samples(self, mode: str, batch_size: int) -> int:
         """Samples one step of ``mode`` processes when run at ``batch_size``: ``samples_per_step``'s
@@ -97,4 +122,32 @@ class ModelSpec:
             "param_count": self.param_count,
             "module": self.module,
             "notes": self.notes,
+            "torchbench_precision": {d: dict(m) for d, m in self.torchbench_precision.items()},
         }
+
+
+def check_torchbench_precision(
+    declared: Mapping[str, Mapping[str, str]], modes: tuple[str, ...], devices: tuple[str, ...]
+) -> dict[str, dict[str, str]]:
+    """``declared`` as a plain dict without its fp32 entries (fp32 is every other default).
+
+    Raises:
+        ValueError: a device the model does not list, a mode it does not run, or a precision
+            outside :data:`TORCHBENCH_PRECISIONS`.
+    """
+    out: dict[str, dict[str, str]] = {}
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"torchbench_precision {declared!r}; accepted: device -> mode -> precision")
+    for device, per_mode in declared.items():
+        if device not in devices:
+            raise ValueError(f"torchbench_precision device {device!r}; accepted: the model's {', '.join(devices)}")
+        if not isinstance(per_mode, Mapping):
+            raise ValueError(f"torchbench_precision[{device!r}] {per_mode!r}; accepted: mode -> precision")
+        for mode, precision in per_mode.items():
+            if mode not in modes:
+                raise ValueError(f"torchbench_precision mode {mode!r}; accepted: the model's {', '.join(modes)}")
+            if precision not in TORCHBENCH_PRECISIONS:
+                raise ValueError(f"torchbench_precision {precision!r}; accepted: {', '.join(TORCHBENCH_PRECISIONS)}")
+            if precision != "fp32":
+                out.setdefault(device, {})[mode] = precision
+    return out

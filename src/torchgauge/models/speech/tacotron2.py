@@ -290,6 +290,7 @@ def _create_tacotron2(ctx: BuildContext, workload: type[Workload] = Workload, **
     param_count=28_193_153,
     source="Shen et al. 2018; NVIDIA/tacotron2 as TorchBench runs it",
     notes="Train and eval are the teacher-forced forward (TorchBench's); TorchBench refuses CPU, it runs here.",
+    torchbench_precision={"cuda": {"eval": "amp"}},  # TorchBench models/tacotron2/__init__.py:23
 )
 def tacotron2(ctx: BuildContext, **kwargs) -> Workload:
     """Tacotron 2 (NVIDIA hparams): text to 80-bin mel, teacher-forced in both modes."""

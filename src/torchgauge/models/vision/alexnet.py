@@ -13,6 +13,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__ = ["AlexNet"]
@@ -55,6 +56,7 @@ class AlexNet(nn.Module):
 @register_model(
     domain="vision", task="classification", source="Krizhevsky et al., AlexNet, 2012; torchvision alexnet",
     batch_size=(128, 128), param_count=61_100_840,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def alexnet(ctx: BuildContext, **kwargs) -> Workload:
     """AlexNet at 224x224 (smoke: 64 px, the smallest size that survives its three pools).

@@ -20,6 +20,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, init_conv_weights
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__ = ["DenseNet", "DenseNetConfig"]
@@ -102,6 +103,7 @@ def _create_densenet(
 @register_model(
     domain="vision", task="classification", source="Huang et al., DenseNet, 2017; torchvision densenet121",
     batch_size=(256, 64), param_count=7_978_856,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def densenet121(ctx: BuildContext, **kwargs) -> Workload:
     """DenseNet-121 at 224x224 with TorchBench's torchvision step.

@@ -25,6 +25,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 from ..common.conv_blocks import ConvNormAct, InvertedResidual, SqueezeExcite, init_conv_weights, make_divisible
+from ..common.torchbench_precision import TIMM_FACTORY, TORCHVISION_FACTORY
 from .timm_step import timm_classification
 from .torchvision_step import torchvision_classification
 
@@ -178,19 +179,40 @@ _SOURCE_V3 = "Howard et al., Searching for MobileNetV3, 2019; torchvision mobile
 _SOURCE_EFF = "Tan & Le, EfficientNet, 2019; timm efficientnet_b0"
 
 
-@register_model(domain="vision", task="classification", source=_SOURCE_V2, batch_size=(96, 16), param_count=3_504_872)
+@register_model(
+    domain="vision",
+    task="classification",
+    source=_SOURCE_V2,
+    batch_size=(96, 16),
+    param_count=3_504_872,
+    torchbench_precision=TORCHVISION_FACTORY,
+)
 def mobilenet_v2(ctx: BuildContext, **kwargs) -> Workload:
     """MobileNetV2 1.0 at 224x224."""
     return _create_mobilenet(ctx, mobilenet_v2_config(), **kwargs)
 
 
-@register_model(domain="vision", task="classification", source=_SOURCE_MNAS, batch_size=(32, 32), param_count=4_383_312)
+@register_model(
+    domain="vision",
+    task="classification",
+    source=_SOURCE_MNAS,
+    batch_size=(32, 32),
+    param_count=4_383_312,
+    torchbench_precision=TORCHVISION_FACTORY,
+)
 def mnasnet1_0(ctx: BuildContext, **kwargs) -> Workload:
     """MnasNet-A1 with depth multiplier 1.0 at 224x224."""
     return _create_mobilenet(ctx, _mnasnet_config(1.0), **kwargs)
 
 
-@register_model(domain="vision", task="classification", source=_SOURCE_V3, batch_size=(32, 32), param_count=5_483_032)
+@register_model(
+    domain="vision",
+    task="classification",
+    source=_SOURCE_V3,
+    batch_size=(32, 32),
+    param_count=5_483_032,
+    torchbench_precision=TORCHVISION_FACTORY,
+)
 def mobilenet_v3_large(ctx: BuildContext, **kwargs) -> Workload:
     """MobileNetV3-Large 1.0 at 224x224."""
     return _create_mobilenet(ctx, _mobilenet_v3_large_config(), **kwargs)
@@ -207,6 +229,7 @@ def efficientnet_b0(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE_EFF + " via TorchBench's timm harness",
     batch_size=(32, 64), param_count=5_288_548,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_efficientnet(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_efficientnet: EfficientNet-B0 (timm efficientnet_b0, no classifier dropout),

@@ -21,6 +21,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, SqueezeExcite
+from ..common.torchbench_precision import TIMM_FACTORY
 from .timm_step import timm_classification
 
 __all__ = ["NFNet", "NFNetConfig", "ScaledStdConv2d"]
@@ -183,6 +184,7 @@ def dm_nfnet_f0(ctx: BuildContext, **kwargs) -> Workload:
     domain="vision", task="classification",
     source="Brock et al., NFNets, 2021; timm dm_nfnet_f0 via TorchBench's timm harness",
     batch_size=(128, 128), param_count=71_489_284,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_nfnet(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_nfnet: NFNet-F0 (timm dm_nfnet_f0, no classifier dropout) at 192 px in both modes,

@@ -19,6 +19,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, ConvNormAct, SqueezeExcite, init_conv_weights
+from ..common.torchbench_precision import TIMM_FACTORY
 from .timm_step import timm_classification
 
 __all__ = ["RegNet", "RegNetConfig", "regnet_stages"]
@@ -116,6 +117,7 @@ def regnety_016(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE + "regnety_120 via TorchBench's timm harness",
     batch_size=(32, 32), param_count=51_822_544,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_regnet(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_regnet: RegNetY-12GF (timm regnety_120) at 224x224, timm's SGD step."""

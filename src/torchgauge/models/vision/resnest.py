@@ -19,6 +19,7 @@ from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import make_divisible
 from ..common.resnet import Bottleneck, ResNet
+from ..common.torchbench_precision import TIMM_FACTORY
 from .timm_step import timm_classification
 
 __all__ = ["ResNestBottleneck", "SplitAttention"]
@@ -97,6 +98,7 @@ def resnest14d(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE + " via TorchBench's timm harness",
     batch_size=(32, 32), param_count=10_611_688,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_resnest(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_resnest: ResNeSt-14d (timm resnest14d) at 224x224, timm's SGD step."""

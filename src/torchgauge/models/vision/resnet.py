@@ -12,6 +12,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 from ..common.resnet import SMOKE_WIDTH_MULT, resnet
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__: list[str] = []
@@ -26,7 +27,14 @@ def _create_resnet(ctx: BuildContext, depth: int, **kwargs) -> Workload:
 _SOURCE = "He et al., Deep Residual Learning for Image Recognition, 2015; torchvision resnet"
 
 
-@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(16, 8), param_count=11_689_512)
+@register_model(
+    domain="vision",
+    task="classification",
+    source=_SOURCE,
+    batch_size=(16, 8),
+    param_count=11_689_512,
+    torchbench_precision=TORCHVISION_FACTORY,
+)
 def resnet18(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-18 at 224x224."""
     return _create_resnet(ctx, 18, **kwargs)
@@ -35,13 +43,21 @@ def resnet18(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=25_557_032,
     tags=("mlperf",),
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def resnet50(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-50 v1.5 at 224x224 (the MLPerf image-classification model)."""
     return _create_resnet(ctx, 50, **kwargs)
 
 
-@register_model(domain="vision", task="classification", source=_SOURCE, batch_size=(32, 32), param_count=60_192_808)
+@register_model(
+    domain="vision",
+    task="classification",
+    source=_SOURCE,
+    batch_size=(32, 32),
+    param_count=60_192_808,
+    torchbench_precision=TORCHVISION_FACTORY,
+)
 def resnet152(ctx: BuildContext, **kwargs) -> Workload:
     """ResNet-152 at 224x224."""
     return _create_resnet(ctx, 152, **kwargs)
@@ -50,6 +66,7 @@ def resnet152(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source="Xie et al., ResNeXt, 2017; torchvision resnext50_32x4d",
     batch_size=(8, 8), param_count=25_028_904,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def resnext50_32x4d(ctx: BuildContext, **kwargs) -> Workload:
     """ResNeXt-50 with 32 groups of width 4 at 224x224."""

@@ -15,6 +15,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 from ..common.conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__ = ["ShuffleNetV2", "channel_shuffle"]
@@ -85,6 +86,7 @@ class ShuffleNetV2(nn.Module):
 @register_model(
     domain="vision", task="classification", source="Ma et al., ShuffleNet V2, 2018; torchvision shufflenet_v2_x1_0",
     batch_size=(128, 64), param_count=2_278_604,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def shufflenet_v2_x1_0(ctx: BuildContext, **kwargs) -> Workload:
     """ShuffleNetV2 1.0x at 224x224."""

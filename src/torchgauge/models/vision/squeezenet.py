@@ -13,6 +13,7 @@ from torch import nn
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__ = ["Fire", "SqueezeNet"]
@@ -65,6 +66,7 @@ class SqueezeNet(nn.Module):
 @register_model(
     domain="vision", task="classification", source="Iandola et al., SqueezeNet, 2016; torchvision squeezenet1_1",
     batch_size=(32, 16), param_count=1_235_496,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def squeezenet1_1(ctx: BuildContext, **kwargs) -> Workload:
     """SqueezeNet 1.1 at 224x224 (smoke: 32 px, 1x1 after the third pool)."""

@@ -13,6 +13,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload
 
 from ..common.conv_blocks import init_conv_weights
+from ..common.torchbench_precision import TORCHVISION_FACTORY
 from .torchvision_step import torchvision_classification
 
 __all__ = ["VGG"]
@@ -62,6 +63,7 @@ class VGG(nn.Module):
 @register_model(
     domain="vision", task="classification", source="Simonyan & Zisserman, VGG, 2014; torchvision vgg16",
     batch_size=(64, 4), param_count=138_357_544,
+    torchbench_precision=TORCHVISION_FACTORY,
 )  # fmt: skip
 def vgg16(ctx: BuildContext, **kwargs) -> Workload:
     """VGG-16 at 224x224 (smoke: 32 px, a quarter of the conv channels and 256-wide FC layers).

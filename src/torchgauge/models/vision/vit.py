@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
+from ..common.torchbench_precision import TIMM_FACTORY
 from .timm_step import timm_classification
 
 __all__ = ["VisionTransformer", "ViTConfig"]
@@ -145,6 +146,7 @@ def vit_l_16(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE + " vit_small_patch16_224 via TorchBench's timm harness",
     batch_size=(32, 32), param_count=22_050_664,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_vision_transformer(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_vision_transformer: ViT-S/16 (timm vit_small_patch16_224) at 224x224, timm's SGD step."""
@@ -160,6 +162,7 @@ def timm_vision_transformer(ctx: BuildContext, **kwargs) -> Workload:
     # holds the weights plus one block's activations (< 1 GiB).
     full_memory_gib=(44, 5),
     notes="1.0B parameters: full size needs ~44 GiB to train and ~5 GiB to evaluate (fp32)",
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_vision_transformer_large(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_vision_transformer_large: ViT-g/14 (timm vit_giant_patch14_224), timm's SGD step."""

@@ -17,6 +17,7 @@ from torchgauge.registry import register_model
 from torchgauge.workload import BuildContext, Workload, image_classification
 
 from ..common.conv_blocks import ClassifierHead, ConvNormAct, init_conv_weights
+from ..common.torchbench_precision import TIMM_FACTORY
 from .timm_step import timm_classification
 
 __all__ = ["OSABlock", "VoVNet", "VoVNetConfig"]
@@ -91,6 +92,7 @@ def vovnet39(ctx: BuildContext, **kwargs) -> Workload:
 @register_model(
     domain="vision", task="classification", source=_SOURCE + " via TorchBench's timm harness",
     batch_size=(32, 32), param_count=22_600_296,
+    torchbench_precision=TIMM_FACTORY,
 )  # fmt: skip
 def timm_vovnet(ctx: BuildContext, **kwargs) -> Workload:
     """TorchBench's timm_vovnet: VoVNet-39 (timm vovnet39a) at 224x224, timm's SGD step."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload, seq2seq_inputs
 
 BART_BASE = HFModelSpec(
@@ -64,6 +65,7 @@ BART_BASE = HFModelSpec(
     tags=("hf",),
     param_count=139_420_416,
     hf_spec=BART_BASE,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Bart(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BART-base (BartForConditionalGeneration), 512 tokens."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 _SOURCE_HF = "Hugging Face transformers (Apache-2.0)"
@@ -192,6 +193,7 @@ CONVBERT_BASE = HFModelSpec(
     tags=("hf",),
     param_count=109_514_298,
     hf_spec=BERT_BASE_UNCASED,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Bert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BERT-base uncased (BertForMaskedLM), sequence 512."""
@@ -207,6 +209,7 @@ def hf_Bert(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=284_818_234,
     hf_spec=BERT_LARGE_TORCHBENCH,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Bert_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's BERT-large (BertForMaskedLM: 24 x 1024, intermediate 3072, uncased vocabulary), sequence 512."""
@@ -237,6 +240,7 @@ def bert_large_cased(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=11_221_680,
     hf_spec=ALBERT_BASE_V2,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Albert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """ALBERT-base v2 (AlbertForMaskedLM), sequence 512."""
@@ -252,6 +256,7 @@ def hf_Albert(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=66_985_530,
     hf_spec=DISTILBERT_BASE_UNCASED,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_DistilBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     """DistilBERT-base uncased (DistilBertForMaskedLM), sequence 512."""
@@ -267,6 +272,7 @@ def hf_DistilBert(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=278_295_186,
     hf_spec=XLM_ROBERTA_BASE_TORCHBENCH,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Roberta_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's: xlm-roberta-base (XLMRobertaForMaskedLM), sequence 512."""

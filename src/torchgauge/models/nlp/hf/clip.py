@@ -141,6 +141,9 @@ SD2_TEXT_ENCODER = HFModelSpec(
 )
 
 
+# No torchbench_precision: TorchBench's stable_diffusion_text_encoder/__init__.py:21 declares fp16
+# for CUDA eval, but its enable_fp16 is a no-op (:38-41) and the pipeline loads without torch_dtype (:32-34), so
+# run.py's default run computes in fp32 (docs/torchbench-fidelity.md).
 @register_model(
     domain="vision", task="generation",
     source="Rombach et al., Stable Diffusion 2, 2022; Hugging Face transformers CLIPTextModel (Apache-2.0)",

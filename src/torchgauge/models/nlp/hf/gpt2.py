@@ -12,6 +12,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_generation, create_hf_workload
 
 _SOURCE = "Radford et al., GPT-2, 2019; Hugging Face transformers (Apache-2.0)"
@@ -69,6 +70,7 @@ GPT2_LARGE = _gpt2_spec("gpt2-large", n_embd=1280, n_layer=36, n_head=20)
     param_count=124_439_808,
     hf_spec=GPT2,
     torchbench_name="hf_ptg1",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_GPT2(ctx: BuildContext, **kwargs: Any) -> Workload:
     """GPT-2 124M (GPT2LMHeadModel), 512 / 1024 tokens."""
@@ -85,6 +87,7 @@ def hf_GPT2(ctx: BuildContext, **kwargs: Any) -> Workload:
     param_count=774_030_080,
     hf_spec=GPT2_LARGE,
     torchbench_name="hf_ptg1",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_GPT2_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """GPT-2 large 774M (GPT2LMHeadModel), 512 / 1024 tokens."""

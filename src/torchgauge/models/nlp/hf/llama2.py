@@ -19,6 +19,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 LLAMA_V2_7B_16H = HFModelSpec(
@@ -48,6 +49,7 @@ LLAMA_V2_7B_16H = HFModelSpec(
     # fp32 weights 13.0 GiB; training adds as much again in gradients, plus activations.
     full_memory_gib=(28, 15),
     notes="3.5B parameters: full size needs ~28 GiB to train and ~15 GiB to evaluate (fp32)",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )  # fmt: skip
 def llama_v2_7b_16h(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Llama-2-7B widths with 16 layers (LlamaForCausalLM), 128 tokens to train, 512 to evaluate."""

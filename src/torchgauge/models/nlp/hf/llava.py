@@ -21,6 +21,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 
@@ -66,6 +67,7 @@ LLAVA_V1_5 = HFModelSpec(
     batch_size=1, modes=("eval",), preload=HF_PRELOAD, tags=("hf", "llm", "multimodal"),
     param_count=7_062_902_784, hf_spec=LLAVA_V1_5, full_memory_gib=(112, 27),
     notes="7.1B parameters: full-size eval needs ~27 GiB (fp32); TorchBench implements no training",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )  # fmt: skip
 def llava(ctx: BuildContext, **kwargs: Any) -> Workload:
     """LlavaForConditionalGeneration (LlavaConfig defaults), forward on 512 text tokens."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 _SOURCE_HF = "Hugging Face transformers (Apache-2.0)"
@@ -169,6 +170,7 @@ YOSO_4096 = HFModelSpec(
     tags=("hf",),
     param_count=128_111_286,
     hf_spec=BIGBIRD_ROBERTA_BASE,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
     """BigBird-RoBERTa-base (BigBirdForMaskedLM), block-sparse attention, 1024 / 4096 tokens."""
@@ -184,6 +186,7 @@ def hf_BigBird(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=148_711_257,
     hf_spec=LONGFORMER_BASE_4096,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Longformer-base-4096 (LongformerForMaskedLM), 512-token windows, 1024 / 4096 tokens."""
@@ -200,6 +203,7 @@ def hf_Longformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     param_count=5_976_192,
     hf_spec=REFORMER_TORCHBENCH,
     notes="TorchBench's ReformerConfig(num_buckets=128) defaults: axial positions (64, 64) for 4096 tokens",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_Reformer(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's Reformer (ReformerForMaskedLM, config defaults, 128 buckets), LSH + local attention, 4096 tokens."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 MOONDREAM1_PHI = HFModelSpec(
@@ -41,6 +42,7 @@ MOONDREAM1_PHI = HFModelSpec(
     batch_size=1, modes=("eval",), preload=HF_PRELOAD, tags=("hf", "llm"), param_count=1_418_270_720,
     hf_spec=MOONDREAM1_PHI, full_memory_gib=(24, 6),
     notes="1.4B parameters: full-size eval needs ~6 GiB (fp32); TorchBench implements no training",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )  # fmt: skip
 def moondream(ctx: BuildContext, **kwargs: Any) -> Workload:
     """PhiForCausalLM (PhiConfig defaults: phi-1.5 size), forward on 512 tokens."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_generation, create_hf_workload, seq2seq_inputs
 
 _SOURCE = "Raffel et al., T5, 2019; Hugging Face transformers (Apache-2.0)"
@@ -85,6 +86,7 @@ T5_LARGE = _t5_spec("t5-large", d_model=1024, d_ff=4096, num_layers=24, num_head
     tags=("hf",),
     param_count=60_506_624,
     hf_spec=T5_SMALL,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_T5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small (T5ForConditionalGeneration), 1024 / 2048 tokens."""
@@ -100,6 +102,7 @@ def hf_T5(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=222_903_552,
     hf_spec=T5_BASE,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_T5_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-base (T5ForConditionalGeneration), 1024 / 2048 tokens."""
@@ -115,6 +118,7 @@ def hf_T5_base(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf",),
     param_count=737_668_096,
     hf_spec=T5_LARGE,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-large (T5ForConditionalGeneration), 512 tokens."""
@@ -131,6 +135,7 @@ def hf_T5_large(ctx: BuildContext, **kwargs: Any) -> Workload:
     tags=("hf", "generation"),
     param_count=60_506_624,
     hf_spec=T5_SMALL,
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )
 def hf_T5_generate(ctx: BuildContext, **kwargs: Any) -> Workload:
     """t5-small generate(): 2048-token input (512 on CPU), 256 greedy new tokens, dynamic cache as TorchBench."""

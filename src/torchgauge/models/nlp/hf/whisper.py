@@ -18,6 +18,7 @@ from typing import Any
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import HUGGINGFACE_FACTORY
 from .factory import HF_PRELOAD, HFModelSpec, create_hf_workload
 
 
@@ -102,6 +103,7 @@ WHISPER_AUDIO_CLASSIFICATION = HFModelSpec(
     param_count=8_307_458,
     hf_spec=WHISPER_AUDIO_CLASSIFICATION,
     notes="eval only, as TorchBench (its train raises NotImplementedError)",
+    torchbench_precision=HUGGINGFACE_FACTORY,  # TorchBench's hf_Whisper/__init__.py:10 declares it again
 )
 def hf_Whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's: WhisperForAudioClassification (tiny encoder + 2-label head) on (B, 80, 3000) features."""
@@ -171,6 +173,7 @@ DISTIL_WHISPER_MEDIUM_EN = HFModelSpec(
     batch_size=(8, 1), modes=("eval",), preload=HF_PRELOAD, tags=("hf",), param_count=307_479_298,
     hf_spec=DISTIL_WHISPER_MEDIUM_EN,
     notes="TorchBench times WhisperForAudioClassification (encoder + classifier) and implements no training",
+    torchbench_precision=HUGGINGFACE_FACTORY,
 )  # fmt: skip
 def hf_distil_whisper(ctx: BuildContext, **kwargs: Any) -> Workload:
     """distil-medium.en encoder with an audio-classification head, on 3000 mel frames."""

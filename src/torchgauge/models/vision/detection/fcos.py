@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import DETECTRON2_FACTORY
 from .backbones import FPN, SMOKE_BACKBONE_WIDTH, SMOKE_FPN_CHANNELS, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .boxes import AnchorGenerator, LinearBoxCoder, box_area, rescale_detections
@@ -268,6 +269,7 @@ def _create_fcos(
     source="Detectron2 fcos_R_50_FPN_1x (Tian et al., FCOS, 2019); = torchvision fcos_resnet50_fpn at 80 classes",
     batch_size=(1, 1),  # TorchBench detectron2 DEFAULT_TRAIN_BSIZE / DEFAULT_EVAL_BSIZE
     param_count=32_244_245,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fcos_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """FCOS ResNet-50-FPN (Detectron2 ``fcos_R_50_FPN_1x``) as TorchBench runs it.

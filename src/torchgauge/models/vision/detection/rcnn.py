@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ....registry import register_model
 from ....workload import BuildContext, Workload
+from ...common.torchbench_precision import DETECTRON2_FACTORY
 from .backbones import FPN, STAGE_NAMES, ResNet
 from .batch import BENCHMARK_SCORE_THRESH, DetectionWorkload, synthetic_detection_batch
 from .detectron2_inputs import ResizedDetectionWorkload, mapped_sizes, original_sizes
@@ -199,7 +200,12 @@ def _detectron2(ctx: BuildContext, **kwargs: Any) -> Workload:
 # Parameter counts: those of Detectron2's own models (commit 0df2d73, TorchBench's pin) built
 # from the same configs, equal to the last digit (docs/torchbench-fidelity.json).
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=33_791_644
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=33_791_644,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``faster_rcnn_R_50_C4``)."""
@@ -207,7 +213,12 @@ def detectron2_fasterrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=165_581_468
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=165_581_468,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50 with dilated res5 (Detectron2 ``faster_rcnn_R_50_DC5``)."""
@@ -215,7 +226,12 @@ def detectron2_fasterrcnn_r_50_dc5(ctx: BuildContext, **kwargs: Any) -> Workload
 
 
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=41_699_936
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=41_699_936,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-50-FPN (Detectron2 ``faster_rcnn_R_50_FPN``)."""
@@ -223,7 +239,12 @@ def detectron2_fasterrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload
 
 
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=52_731_548
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=52_731_548,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``faster_rcnn_R_101_C4``)."""
@@ -231,7 +252,12 @@ def detectron2_fasterrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload
 
 
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=184_521_372
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=184_521_372,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101 with dilated res5 (Detectron2 ``faster_rcnn_R_101_DC5``)."""
@@ -239,7 +265,12 @@ def detectron2_fasterrcnn_r_101_dc5(ctx: BuildContext, **kwargs: Any) -> Workloa
 
 
 @register_model(
-    domain="vision", task="object_detection", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=60_639_840
+    domain="vision",
+    task="object_detection",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=60_639_840,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Faster R-CNN, ResNet-101-FPN (Detectron2 ``faster_rcnn_R_101_FPN``)."""
@@ -247,7 +278,12 @@ def detectron2_fasterrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workloa
 
 
 @register_model(
-    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=35_909_612
+    domain="vision",
+    task="instance_segmentation",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=35_909_612,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50, res5 in the RoI head (Detectron2 ``mask_rcnn_R_50_C4``)."""
@@ -261,6 +297,7 @@ def detectron2_maskrcnn_r_50_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     batch_size=(1, 1),
     tags=("mlperf",),
     param_count=44_343_216,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-50-FPN (Detectron2 ``mask_rcnn_R_50_FPN``; MLPerf's heavy detector)."""
@@ -268,7 +305,12 @@ def detectron2_maskrcnn_r_50_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=54_849_516
+    domain="vision",
+    task="instance_segmentation",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=54_849_516,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101, res5 in the RoI head (Detectron2 ``mask_rcnn_R_101_C4``)."""
@@ -276,7 +318,12 @@ def detectron2_maskrcnn_r_101_c4(ctx: BuildContext, **kwargs: Any) -> Workload:
 
 
 @register_model(
-    domain="vision", task="instance_segmentation", source=DETECTRON2_SOURCE, batch_size=(1, 1), param_count=63_283_120
+    domain="vision",
+    task="instance_segmentation",
+    source=DETECTRON2_SOURCE,
+    batch_size=(1, 1),
+    param_count=63_283_120,
+    torchbench_precision=DETECTRON2_FACTORY,
 )
 def detectron2_maskrcnn_r_101_fpn(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Mask R-CNN, ResNet-101-FPN (Detectron2 ``mask_rcnn_R_101_FPN``)."""

@@ -273,6 +273,7 @@ def _create_torchbench_yolov3(ctx: BuildContext, *, max_targets: int | None = No
     source="TorchBench yolov3: ultralytics/yolov3 Darknet(yolov3-spp.cfg); Redmon & Farhadi, YOLOv3, 2018",
     batch_size=(16, 8),
     param_count=62_998_749,
+    torchbench_precision={"cuda": {"eval": "amp"}},  # TorchBench models/yolov3/__init__.py:49
 )
 def yolov3(ctx: BuildContext, **kwargs: Any) -> Workload:
     """TorchBench's YOLOv3-SPP: train 416x416 uint8 batches, eval rand(B, 3, 384, 512) + NMS (smoke: 64 px, narrow)."""

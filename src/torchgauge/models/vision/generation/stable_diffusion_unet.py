@@ -65,6 +65,9 @@ class UNetWorkload(Workload):
         return self.module(*self.inputs).sample
 
 
+# No torchbench_precision: TorchBench's stable_diffusion_unet/__init__.py:23 declares fp16 for CUDA eval, but its
+# enable_fp16 is a no-op (:40-43) and the pipeline loads without torch_dtype (:34-36), so
+# run.py's default run computes in fp32 (docs/torchbench-fidelity.md).
 @register_model(
     domain="vision", task="generation",
     source="Rombach et al., Latent Diffusion (Stable Diffusion 2), 2022; Hugging Face diffusers (Apache-2.0)",

@@ -133,6 +133,7 @@ def _create_unet(ctx: BuildContext, *, image_size: tuple[int, int], **kwargs: An
     source="Ronneberger et al., U-Net, 2015; milesial/Pytorch-UNet",
     batch_size=(1, 1),
     param_count=17_263_042,
+    torchbench_precision={"cuda": {"train": "amp", "eval": "amp"}},  # TorchBench models/pytorch_unet/__init__.py:22-23
 )
 def pytorch_unet(ctx: BuildContext, **kwargs: Any) -> Workload:
     """Pytorch-UNet (bilinear=True as TorchBench, 2 classes) on 640x959 Carvana-sized images."""

@@ -107,3 +107,12 @@ def test_run_with_torchbench_precision_stores_concrete_precisions() -> None:
         ("planted_torchbench_fp16", "fp16", "unsupported"),  # as when fp16 is asked for by name
     ]
     assert "does not support precision 'fp16'" in res[1].error
+
+
+@pytest.mark.parametrize("field, value", [("precision", "fp8"), ("backend", "nosuch")])
+def test_run_refuses_an_unknown_precision_or_backend_up_front(field: str, value: str) -> None:
+    # one error naming the accepted values, before any worker starts (not an error record per model)
+    from torchgauge.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"invalid {field} '{value}'; accepted: .*"):
+        torchgauge.run("lennard_jones", mode="eval", size="smoke", **{field: value})

@@ -138,7 +138,7 @@ def run(
         >>> res[0].metrics["time_ms"]["median"]  # doctest: +SKIP
     """
     from . import __version__
-    from .config import RunOptions, plan
+    from .config import RunOptions, check_names, plan
     from .harness.env import collect_env
     from .harness.metrics import validate_metrics
     from .registry import load_model_file
@@ -147,6 +147,7 @@ def run(
 
     if mode not in ("train", "eval", "both"):
         raise ValueError(f"invalid mode {mode!r}; accepted: train, eval, both")
+    check_names(precision, backend)  # one error here, not one per worker
     files = tuple(str(Path(f).resolve()) for f in model_files)
     for path in files:
         load_model_file(path)

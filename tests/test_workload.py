@@ -110,3 +110,17 @@ def test_backends_attach_a_declared_compile_probe() -> None:
     assert isinstance(w.compile_probe, CompileProbe) and w.compile_probe.backend == "aot_eager"
     apply_backend(w, "eager")
     assert w.compile_probe is None
+
+
+def test_a_probe_the_model_brought_survives_an_eager_backend() -> None:
+    # sam_fast compiles its image encoder when built: its compile cost is measured under any backend
+    from torchgauge.backends import CompileProbe, apply_backend
+
+    ctx = _ctx(mode="eval")
+    w = ctx.finish(Workload(ctx, nn.Linear(3, 1), (ctx.randn(2, 3),)))
+    own = CompileProbe("inductor", notes="the model compiles part of itself", from_model=True)
+    w.compile_probe = own
+    apply_backend(w, "eager")
+    assert w.compile_probe is own
+    apply_backend(w, "aot_eager", warmup=1)  # a compiling backend brings its own probe
+    assert w.compile_probe is not own and w.compile_probe.backend == "aot_eager"

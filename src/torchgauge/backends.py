@@ -158,7 +158,8 @@ def apply_backend(
             takers = [b.name for b in _BACKENDS.values() if key in b.accepts]
             raise ValueError(f"option {key} does not apply to backend {name!r}; accepted with: {', '.join(takers)}")
     probe = spec.apply(workload, options)
-    if probe is not None or workload.compile_probe is None:
+    kept = workload.compile_probe
+    if probe is not None or kept is None or not kept.from_model:
         # A model that compiles part of itself (sam_fast's image encoder) brought its own probe:
         # an eager backend keeps it, so its compile cost is measured and warm-up stays required.
         workload.compile_probe = probe
@@ -214,6 +215,7 @@ class CompileProbe:
     setup_s: float = 0.0  # time spent before the first step (scripting, tracing)
     notes: str = ""  # what was compiled and how (e.g. "torchscript: traced (script failed: ...)")
     uses_dynamo: bool = True  # graphs/breaks/guards come from dynamo; None otherwise
+    from_model: bool = False  # the model compiles part of itself when built (kept under any backend)
     _warm: dict[str, Any] | None = field(default=None, init=False, repr=False)  # snapshot after warm-up
 
     def mark_warm(self) -> None:

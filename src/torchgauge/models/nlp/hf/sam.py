@@ -124,7 +124,9 @@ def _create_sam(
     if encoder_compile is not None:
         model.vision_encoder = torch.compile(model.vision_encoder, **encoder_compile)
         settings = ", ".join(f"{k}={v}" for k, v in encoder_compile.items())
-        probe = CompileProbe("inductor", notes=f"{ctx.name}: the model compiles its image encoder ({settings})")
+        probe = CompileProbe(
+            "inductor", notes=f"{ctx.name}: the model compiles its image encoder ({settings})", from_model=True
+        )
     hw = ctx.pick(PHOTO_HW, (48, 72))
     # the predictor's inputs live on the host whatever the device (a seeded stand-in for the photo)
     host = torch.Generator(device="cpu").manual_seed(ctx.seed)

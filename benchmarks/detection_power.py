@@ -247,6 +247,11 @@ def _parse_args() -> argparse.Namespace:
         help="ROUNDS:REPEAT:WARMUP of a night instead of the workflow's (to try a change to the nightly)",
     )
     parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="nightly: also re-judge every trial with compare --confirm (both builds, same session)",
+    )
+    parser.add_argument(
         "--calibrate", action="store_true", help="measure each configuration's effective change under each plant first"
     )
     parser.add_argument("--calibration-steps", type=int, default=25)
@@ -296,7 +301,7 @@ def main() -> None:
         proc = read_workflow()
         if args.night:
             proc = dataclasses.replace(proc, rounds=args.night[0], repeat=args.night[1], warmup=args.night[2])
-        run_trials(bench, work, args.plants, args.trials, proc)
+        run_trials(bench, work, args.plants, args.trials, proc, confirm=args.confirm)
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
         print_tables(json.loads(report_path.read_text()), cal)
     others = [p for p in args.procedures if p != "nightly"]

@@ -204,14 +204,44 @@ def verdicts(base: Path, new: Path, compare_json: Path, proc: NightlyProcedure) 
     return configs, mine == flagged["regressions"]
 
 
+def confirm_trial(bench: Any, proc: NightlyProcedure, tdir: Path, plant: float) -> dict[str, Any]:
+    """The trial's comparison again with ``compare --confirm``: flagged configurations re-measured in the
+    same session with both builds (ABBA order, fresh processes, each side's interpreter), kept only if
+    flagged again. The nightly cannot do this as it stands: last night's build is gone by morning."""
+    out = tdir / "confirm.json"
+    out.unlink(missing_ok=True)
+    args = ["compare", "previous", "latest", "--db", str(tdir / "history.sqlite"), *proc.compare_args, "--confirm"]
+    args += ["--baseline-python", sys.executable, "--candidate-python", bench.interpreter(plant)]
+    result = cli([*args, "--output", str(out), "--quiet"], {**bench.env(0.0), **proc.env})
+    if not out.exists():
+        return result
+    doc = json.loads(out.read_text())
+    keys = lambda kind, time: sorted(  # noqa: E731
+        f"{f['model']}/{f['mode']}" for f in doc[kind] if (f["metric"] == TIME) == time
+    )
+    return {
+        **result,
+        "rounds": doc["confirm_rounds"],
+        "kept": keys("regressions", True),
+        "dismissed": keys("dismissed", True),
+        "memory_kept": keys("regressions", False),
+    }
+
+
 def schedule(plants: list[float], trials: list[int]) -> list[tuple[float, int]]:
     """(plant, trial number within the plant) in round-robin order, so every scenario sees the day's loads."""
     counts = dict(zip(plants, trials))
     return [(p, i) for i in range(max(trials)) for p in plants if i < counts[p]]
 
 
-def run_trials(bench: Any, work: Path, plants: list[float], trials: list[int], proc: NightlyProcedure) -> Path:
-    """Every scheduled trial not yet in ``work/nightly-report.json``; the report is rewritten after each."""
+def run_trials(
+    bench: Any, work: Path, plants: list[float], trials: list[int], proc: NightlyProcedure, confirm: bool = False
+) -> Path:
+    """Every scheduled trial not yet in ``work/nightly-report.json``; the report is rewritten after each.
+
+    With ``confirm``, every trial of the report without a confirmation (new or already measured)
+    also gets one (:func:`confirm_trial`), recorded under ``"confirm"``.
+    """
     path = work / "nightly-report.json"
     report = json.loads(path.read_text()) if path.exists() else {}
     report.setdefault("procedure", {**proc.__dict__, "compare_args": list(proc.compare_args), "size": "smoke"})
@@ -219,15 +249,27 @@ def run_trials(bench: Any, work: Path, plants: list[float], trials: list[int], p
     report.setdefault("affected", sorted(bench.affected))
     report.setdefault("trials", [])
     done = {(t["plant"], t["index"]) for t in report["trials"]}
-    for plant, index in schedule(plants, trials):
-        if (plant, index) in done:
-            continue
-        record = run_trial(bench, proc, work / f"trial-{plant}-{index:02d}", plant, base_first=index % 2 == 0)
-        record["index"] = index
-        report["trials"].append(record)
+
+    def save() -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(report, indent=1))
         tmp.replace(path)
+
+    for record in report["trials"]:
+        if confirm and "confirm" not in record:
+            tdir = work / f"trial-{record['plant']}-{record['index']:02d}"
+            record["confirm"] = confirm_trial(bench, proc, tdir, record["plant"])
+            save()
+    for plant, index in schedule(plants, trials):
+        if (plant, index) in done:
+            continue
+        tdir = work / f"trial-{plant}-{index:02d}"
+        record = run_trial(bench, proc, tdir, plant, base_first=index % 2 == 0)
+        record["index"] = index
+        if confirm:
+            record["confirm"] = confirm_trial(bench, proc, tdir, plant)
+        report["trials"].append(record)
+        save()
         flags = sum(c["verdict"] == "regression" for c in record["configs"].values())
         print(
             f"trial plant={plant:.0%} #{index}: compare exit {record['compare']['exit']}, {flags} flagged of "

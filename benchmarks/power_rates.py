@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from torchgauge.stats.binomial import binomial_lower_bound, binomial_upper_bound
+from torchgauge.stats.compare import compare_samples
+from torchgauge.stats.corrections import holm
 
 # Effective step change bins for scoring detections. "at least 9%" is the target's population
 # ("planted 10% slowdowns"): the 10% plant on a whole eval step measures 9.0-9.9% (the step's
@@ -25,6 +27,8 @@ from torchgauge.stats.binomial import binomial_lower_bound, binomial_upper_bound
 TARGET_CHANGE = 0.09
 BINS = ((0.0, 0.07, "below the 7% threshold"), (0.07, TARGET_CHANGE, "7-9%"), (TARGET_CHANGE, 0.2, "9-20%"))
 BINS += ((0.2, float("inf"), "20% or more"),)
+# CPU configurations of the nightly's whole suite (both modes of ~196 models): its Holm family.
+SUITE_FAMILY = 390
 
 
 def effective_change(cal: dict[str, Any], key: str, plant: float) -> float | None:
@@ -59,6 +63,8 @@ def outcomes(report: dict[str, Any], cal: dict[str, Any]) -> list[dict[str, Any]
                     "effective": eff,
                     "verdict": c["verdict"],
                     "flagged": c["verdict"] == "regression",
+                    # kept by a same-session confirmation of the trial (None: not confirmed)
+                    "confirmed": key in t["confirm"].get("kept", []) if "confirm" in t else None,
                     "memory_flag": c["memory_flag"],
                     "change": c["change"],
                     "step_ms": statistics.median(base) if base else None,
@@ -67,6 +73,37 @@ def outcomes(report: dict[str, Any], cal: dict[str, Any]) -> list[dict[str, Any]
                 }
             )
     return rows
+
+
+def rejudge(report: dict[str, Any], family: int) -> dict[tuple[int, float, str], bool]:
+    """Each comparison's time verdict again, as if its trial's Holm family had ``family`` tests.
+
+    The benchmark's nights hold fewer configurations than the nightly's suite (about 390 CPU
+    configurations), and Holm's first step tests the smallest p at alpha / tests: the same
+    data against a larger family flags less. The other tests of the family are taken as null
+    (p = 1), the most lenient assumption for the configurations judged here. Only comparisons
+    tested on CPU time are re-judged (the per-process CPU values are what the report keeps).
+    """
+    proc = report["procedure"]
+    args = dict(zip(proc["compare_args"][::2], proc["compare_args"][1::2]))
+    threshold = float(args["--threshold"].rstrip("%")) / 100
+    alpha = float(args["--alpha"])
+    out = {}
+    for t in report["trials"]:
+        keys, changes = [], []
+        for key, c in t["configs"].items():
+            base = [v for v in c["base"]["cpu_ms"] if v is not None]
+            new = [v for v in c["new"]["cpu_ms"] if v is not None]
+            if c["signal"] == "cpu" and base and new:
+                keys.append(key)
+                changes.append(compare_samples(base, new, threshold=threshold, alpha=alpha))
+        if not keys:
+            continue
+        pvalues = [c.p_greater for c in changes] + [1.0] * max(0, family - len(changes))
+        corrected = holm(pvalues)
+        for key, change, p in zip(keys, changes, corrected):
+            out[t["index"], t["plant"], key] = change.change >= threshold and p <= alpha
+    return out
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -151,7 +188,50 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
     if target:
         label = f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected"
         print(rate_row(label, sum(r["flagged"] for r in target), len(target), bound="lower"))
+    print_confirmed(report, rows)
+    print_family(report, rows, family=SUITE_FAMILY)
     print_configurations(rows, plants)
+
+
+def print_confirmed(report: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The rates after ``compare --confirm`` re-measured each trial's flags with both builds, same session."""
+    confirmed = [t for t in report["trials"] if "confirm" in t]
+    if not confirmed:
+        return
+    cpu = [t["confirm"]["cpu_s"] for t in confirmed]
+    exits = sum(t["confirm"]["exit"] != 0 for t in confirmed)
+    print(
+        f"\nafter same-session confirmation (compare --confirm, both builds, ABBA) of {len(confirmed)} trials: "
+        f"{exits} would still open an issue; confirmation CPU {min(cpu):.0f}-{max(cpu):.0f} s per trial"
+    )
+    print("\n| comparisons | n | kept | rate | 95% bound |")
+    print("|---|---:|---:|---:|---|")
+    rows = [r for r in rows if r["confirmed"] is not None]
+    aa = [r for r in rows if r["class"] == "A/A"]
+    print(rate_row("A/A: false regressions kept", sum(r["confirmed"] for r in aa), len(aa), bound="upper"))
+    ctl = [r for r in rows if r["class"] == "unaffected"]
+    print(rate_row("planted, unaffected models: flags kept", sum(r["confirmed"] for r in ctl), len(ctl), bound="upper"))
+    target = [r for r in rows if r["plant"] > 0 and r["class"] in {n for lo, _, n in BINS if lo >= TARGET_CHANGE}]
+    label = f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected and kept"
+    print(rate_row(label, sum(r["confirmed"] for r in target), len(target), bound="lower"))
+
+
+def print_family(report: dict[str, Any], rows: list[dict[str, Any]], family: int) -> None:
+    """The false-alarm and target rows again, judged within the nightly suite's Holm family."""
+    flags = rejudge(report, family)
+    if not flags:
+        return
+    print(f"\nre-judged as one of {family} Holm-corrected tests (the nightly suite's CPU configurations):")
+    print("\n| comparisons | n | flagged | rate | 95% bound |")
+    print("|---|---:|---:|---:|---|")
+    hit = lambda r: flags.get((r["trial"], r["plant"], r["key"]), False)  # noqa: E731
+    aa = [r for r in rows if r["class"] == "A/A"]
+    print(rate_row("A/A: false regressions (time)", sum(map(hit, aa)), len(aa), bound="upper"))
+    ctl = [r for r in rows if r["class"] == "unaffected"]
+    print(rate_row("planted, unaffected models: flags", sum(map(hit, ctl)), len(ctl), bound="upper"))
+    target = [r for r in rows if r["plant"] > 0 and r["class"] in {n for lo, _, n in BINS if lo >= TARGET_CHANGE}]
+    label = f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected"
+    print(rate_row(label, sum(map(hit, target)), len(target), bound="lower"))
 
 
 def _scenario(plant: float) -> str:

@@ -77,6 +77,7 @@ REPORT = {
         {
             "plant": 0.1,
             "index": 0,
+            "confirm": {"kept": ["convnet/eval"], "dismissed": ["mlp/eval"]},
             "configs": {
                 "convnet/eval": _config("regression"),
                 "convnet/train": _config("unchanged"),
@@ -96,6 +97,8 @@ def test_each_comparison_is_scored_against_its_scenario_and_effective_change() -
     assert rows[0.1, "mlp/eval"]["memory_flag"]
     assert rows[0.1, "convnet/eval"]["class"] == "9-20%"  # in the target's population (>= 9%)
     assert rows[0.1, "convnet/train"]["class"] == "below the 7% threshold"  # a forward-only plant on a train step
+    assert rows[0.1, "convnet/eval"]["confirmed"] and rows[0.1, "mlp/eval"]["confirmed"] is False
+    assert rows[0.0, "convnet/eval"]["confirmed"] is None  # that trial was not confirmed
     assert rows[0.1, "convnet/eval"]["step_ms"] == 1.0
     assert rows[0.1, "convnet/eval"]["undisturbed"] == 1.0
 

@@ -36,7 +36,8 @@ from pathlib import Path
 
 from power_nightly import read_workflow, run_trials
 from power_plant import HOOK, PLANTED_LAYERS, calibrate
-from power_rates import print_calibration, print_tables
+from power_rates import outcomes, print_calibration, print_rejudged, print_tables
+from power_sentinel import load_sentinel, rejudge_with_sentinel
 from rounds_cost import _become_subreaper, parse_procedure
 
 # Models whose modules contain a Conv2d (affected by the plant) and models with none (controls),
@@ -255,6 +256,11 @@ def _parse_args() -> argparse.Namespace:
         "--calibrate", action="store_true", help="measure each configuration's effective change under each plant first"
     )
     parser.add_argument("--calibration-steps", type=int, default=25)
+    parser.add_argument(
+        "--sentinel",
+        default=None,
+        help="with --analyse-only: speed_monitor.py output recorded beside the trials; re-judge on CPU time / sentinel",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="k of the rounds procedure")
     parser.add_argument("--repeat", type=int, default=10, help="--repeat of the single+confirm and rounds procedures")
     parser.add_argument("--mode", default="eval", help="--mode of the single+confirm and rounds procedures")
@@ -287,7 +293,14 @@ def main() -> None:
     if args.analyse_only:
         if "nightly" in args.procedures and report_path.exists():
             cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
-            print_tables(json.loads(report_path.read_text()), cal)
+            report = json.loads(report_path.read_text())
+            print_tables(report, cal)
+            if args.sentinel:
+                sentinel = load_sentinel(Path(args.sentinel))
+                for variant in ("night", "process"):
+                    flags = rejudge_with_sentinel(report, work, sentinel, variant)
+                    title = f"re-judged on CPU time / the speed sentinel ({variant})"
+                    print_rejudged(title, outcomes(report, cal), flags)
         if set(args.procedures) - {"nightly"}:
             reanalyse(work, args.plants, args.rounds, set(args.affected))
         return

@@ -218,20 +218,35 @@ def print_confirmed(report: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 
 def print_family(report: dict[str, Any], rows: list[dict[str, Any]], family: int) -> None:
     """The false-alarm and target rows again, judged within the nightly suite's Holm family."""
-    flags = rejudge(report, family)
-    if not flags:
+    title = f"re-judged as one of {family} Holm-corrected tests (the nightly suite's CPU configurations)"
+    print_rejudged(title, rows, rejudge(report, family))
+
+
+def print_rejudged(title: str, rows: list[dict[str, Any]], flags: dict[tuple[int, float, str], bool]) -> None:
+    """A/A, unaffected and target rows under another verdict (``flags``), beside the nightly's own
+    verdicts on the same comparisons (``flags`` may cover only some trials)."""
+    rows = [r for r in rows if (r["trial"], r["plant"], r["key"]) in flags]
+    if not rows:
         return
-    print(f"\nre-judged as one of {family} Holm-corrected tests (the nightly suite's CPU configurations):")
-    print("\n| comparisons | n | flagged | rate | 95% bound |")
-    print("|---|---:|---:|---:|---|")
-    hit = lambda r: flags.get((r["trial"], r["plant"], r["key"]), False)  # noqa: E731
-    aa = [r for r in rows if r["class"] == "A/A"]
-    print(rate_row("A/A: false regressions (time)", sum(map(hit, aa)), len(aa), bound="upper"))
-    ctl = [r for r in rows if r["class"] == "unaffected"]
-    print(rate_row("planted, unaffected models: flags", sum(map(hit, ctl)), len(ctl), bound="upper"))
-    target = [r for r in rows if r["plant"] > 0 and r["class"] in {n for lo, _, n in BINS if lo >= TARGET_CHANGE}]
-    label = f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected"
-    print(rate_row(label, sum(map(hit, target)), len(target), bound="lower"))
+    trials = len({(r["trial"], r["plant"]) for r in rows})
+    print(f"\n{title}; {trials} trials:")
+    print("\n| comparisons | n | flagged (nightly's verdict) | flagged here | rate here | 95% bound |")
+    print("|---|---:|---:|---:|---:|---|")
+    here = lambda r: flags[r["trial"], r["plant"], r["key"]]  # noqa: E731
+    target = {n for lo, _, n in BINS if lo >= TARGET_CHANGE}
+    groups = (
+        ("A/A: false regressions (time)", [r for r in rows if r["class"] == "A/A"], "upper"),
+        ("planted, unaffected models: flags", [r for r in rows if r["class"] == "unaffected"], "upper"),
+        (
+            f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected",
+            [r for r in rows if r["class"] in target],
+            "lower",
+        ),
+    )
+    for label, group, bound in groups:
+        if group:
+            cells = rate_row(label, sum(map(here, group)), len(group), bound=bound).split(" | ")
+            print(" | ".join([cells[0], cells[1], str(sum(r["flagged"] for r in group)), *cells[2:]]))
 
 
 def _scenario(plant: float) -> str:

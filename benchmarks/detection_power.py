@@ -1,77 +1,57 @@
 """Detection power of the regression guard on a real torch build (issue 17, items 6 and 7).
 
 Plants slowdowns of known size into the stock torch of this interpreter with a startup hook
-(a generated ``sitecustomize.py`` put first on ``PYTHONPATH`` of the candidate's processes):
-the outermost forward call of every module that contains a planted layer type (default
-``Conv2d``) is timed and followed by a busy loop of ``PLANT`` times its own duration, so the
-eval step of a convolutional model is that much slower and the other models (the
-unaffected controls) not at all. (A first version slowed ``F.conv2d`` calls alone: at smoke
-size convolutions are about half of a step, so a planted 25% became a 5-12% model change.) Then it runs the documented
-procedures end to end with the CLI:
+(``power_plant.HOOK``, a ``sitecustomize.py`` put first on ``PYTHONPATH`` of the candidate's
+processes): every outermost forward of a module that contains a ``Conv2d`` costs ``1 + PLANT``
+times its process CPU time, so convolutional models are slower and the others (the unaffected
+controls) are not. ``--calibrate`` measures, per configuration, the change that makes to a
+step (9.0-9.9% of an eval step for a 10% plant, 2-4% of a train step) and checks which models
+it reaches. Then it runs procedures end to end with the CLI:
 
-* ``single+confirm``: one base ``torchgauge run``, one candidate run, ``torchgauge compare``,
-  then ``compare --confirm`` (fresh processes per side, candidate interpreter = the hooked one);
-* ``rounds``: ``k`` base and ``k`` candidate runs interleaved (each configuration in ``k``
-  fresh processes spread over the suite, asv's rounds), one ``compare`` on process medians.
+* ``nightly`` (the default; ``power_nightly``): what the nightly workflow runs, read from
+  ``.github/workflows/nightly.yml``: a base night (one ``torchgauge run --mode both --rounds R
+  --repeat 1 --warmup 1``) with the stock interpreter, a candidate night with the planted one,
+  both imported into a history database, ``compare previous latest`` with the workflow's
+  options; ``--trials`` independent pairs per plant, alternating which night runs first, every
+  trial's per-configuration verdict kept in ``WORKDIR/nightly-report.json``, and the rates with
+  exact 95% bounds printed (``power_rates``; ``--analyse-only`` prints them again);
+* ``single+confirm`` and ``rounds``: the first, one-trial study (one ``run`` a side +
+  ``compare --confirm``; ``k`` interleaved runs of ``--repeat`` steps).
 
-For each scenario (A/A: no plant; +10%; +25%) it reports false alarms on unaffected models,
-detections on affected models, and the CPU time (children's user + system) each procedure
-cost.
-
-    PYTHONPATH=src python benchmarks/detection_power.py --rounds 3 --workdir /tmp/power
+    PYTHONPATH=src python benchmarks/detection_power.py --calibrate --workdir /tmp/power
+    PYTHONPATH=src python benchmarks/detection_power.py --plants 0 0.10 0.25 --trials 6 5 5 --workdir /tmp/power
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-# Convolutional models call conv2d (affected); the rest never do (controls).
-AFFECTED = ["resnet18", "mobilenet_v2", "squeezenet1_1", "alexnet", "dcgan"]
-UNAFFECTED = ["dlrm", "lennard_jones", "basic_gnn_gcn", "pyhpc_equation_of_state", "nvidia_deeprecommender"]
-PLANTED_LAYERS = ["Conv2d"]
+from power_nightly import read_workflow, run_trials
+from power_plant import HOOK, PLANTED_LAYERS, calibrate
+from power_rates import outcomes, print_calibration, print_rejudged, print_tables
+from power_sentinel import load_sentinel, rejudge_with_sentinel
+from rounds_cost import _become_subreaper, parse_procedure
 
-_HOOK = '''
-"""Planted slowdown (benchmarks/detection_power.py): every outermost forward call of a module
-that contains one of the planted layer types is followed by a busy loop of PLANT times its own
-duration, so those models' eval steps are PLANT slower and the other models not at all."""
-import os, threading, time
-_plant = float(os.environ.get("TORCHGAUGE_PLANT", "0"))
-if _plant > 0:
-    import torch
-
-    _types = tuple(getattr(torch.nn, n) for n in os.environ.get("TORCHGAUGE_PLANT_LAYERS", "Conv2d").split(","))
-    _state = threading.local()
-    _uses = {}
-    _call = torch.nn.Module.__call__
-
-    def _planted_call(self, *args, **kwargs):
-        if getattr(_state, "depth", 0):
-            return _call(self, *args, **kwargs)
-        key = id(self)
-        if key not in _uses:
-            _uses[key] = any(isinstance(m, _types) for m in self.modules())
-        _state.depth = 1
-        try:
-            t0 = time.perf_counter()
-            out = _call(self, *args, **kwargs)
-            if _uses[key]:
-                end = time.perf_counter() + _plant * (time.perf_counter() - t0)
-                while time.perf_counter() < end:
-                    pass
-            return out
-        finally:
-            _state.depth = 0
-
-    torch.nn.Module.__call__ = _planted_call
-'''
+# Models whose modules contain a Conv2d (affected by the plant) and models with none (controls),
+# both checked by building them (``--calibrate``: planted calls per step, effective change).
+AFFECTED = [
+    "resnet18", "mobilenet_v2", "squeezenet1_1", "alexnet", "dcgan", "phlippe_resnet", "dqn_nature",
+    "ppo_atari", "stn_classifier", "vq_vae", "pytorch_unet", "resnet50", "vgg16", "pix2pix",
+]  # fmt: skip
+UNAFFECTED = [
+    "dlrm", "lennard_jones", "basic_gnn_gcn", "pyhpc_equation_of_state", "nvidia_deeprecommender", "basic_gnn_sage",
+    "word_language_model_lstm", "word_language_model_transformer", "transe_fb15k237", "ntn_fb15k237", "prodlda",
+    "nerf", "lfads_spikes", "tts_angular", "nsf_rq_coupling_power", "patchtst42_weather", "dagmm_kdd",
+    "svgp_regression", "soft_actor_critic",  # an RL agent on state vectors: no Conv2d despite the name's domain
+]  # fmt: skip
 
 
 def _children_cpu_s() -> float:
@@ -80,11 +60,16 @@ def _children_cpu_s() -> float:
 
 
 class Bench:
-    def __init__(self, work: Path, models: list[str], repeat: int, mode: str) -> None:
+    def __init__(self, work: Path, models: list[str], repeat: int, mode: str, affected: list[str]) -> None:
         self.work, self.models, self.repeat, self.mode = work, models, repeat, mode
+        self.affected = set(affected)
         self.hook_dir = work / "hook"
         self.hook_dir.mkdir(parents=True, exist_ok=True)
-        (self.hook_dir / "sitecustomize.py").write_text(textwrap.dedent(_HOOK))
+        (self.hook_dir / "sitecustomize.py").write_text(HOOK)
+
+    def calibrate(self, plants: list[float], steps: int) -> dict:
+        """Each configuration's effective step change under each plant (``power_plant.calibrate``)."""
+        return calibrate(self.hook_dir / "sitecustomize.py", self.models, plants, steps, self.env(0))
 
     def env(self, plant: float) -> dict[str, str]:
         env = dict(os.environ)
@@ -180,7 +165,7 @@ def _load(paths: list[Path], signal: str):
     return ResultsFile(env=parts[0].env, runs=runs)
 
 
-def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
+def reanalyse(work: Path, plants: list[float], rounds: int, affected: set[str]) -> None:
     """Judge the stored runs again with wall time and with process CPU time (no new measurements)."""
     from torchgauge.compare.regression import compare_results
 
@@ -214,8 +199,8 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
                 cmp = compare_results(_load(base, signal), _load(new, signal), time_signal="wall")
                 hits = {f.config.model for f in cmp.regressions if f.metric == "time_ms"}
                 print(
-                    f"| {plant:.0%} | {procedure} | {signal} | {len(hits & set(AFFECTED))} | "
-                    f"{len(hits - set(AFFECTED))} | {sum(f.metric == 'time_ms' for f in cmp.inconclusive)} |"
+                    f"| {plant:.0%} | {procedure} | {signal} | {len(hits & affected)} | "
+                    f"{len(hits - affected)} | {sum(f.metric == 'time_ms' for f in cmp.inconclusive)} |"
                 )
 
     # RUSAGE_CHILDREN misses the forkserver's workers (the forkserver is never reaped), so the
@@ -227,35 +212,123 @@ def reanalyse(work: Path, plants: list[float], rounds: int) -> None:
         print(f"| {plant:.0%} | {procedure} | {processes} |")
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--plants",
         nargs="+",
         type=float,
         default=[0.0, 0.10, 0.25],
-        help="operator slowdowns to plant; 0 is the A/A scenario",
+        help="forward slowdowns to plant; 0 is the A/A scenario",
+    )
+    parser.add_argument(
+        "--procedures",
+        nargs="*",
+        choices=["nightly", "single+confirm", "rounds"],
+        default=["nightly"],
+        help="nightly: the workflow's two nights and compare, --trials times (the others: the one-trial "
+        "study); none with --calibrate: calibrate only",
+    )
+    parser.add_argument(
+        "--trials",
+        nargs="+",
+        type=int,
+        default=None,
+        help="nightly trials per plant: one number for all plants, or one per --plants value "
+        "(default: 10 A/A, 5 per planted slowdown)",
+    )
+    parser.add_argument("--models", nargs="+", default=AFFECTED + UNAFFECTED)
+    parser.add_argument(
+        "--affected", nargs="+", default=None, help="the --models whose modules contain a Conv2d (default: known ones)"
+    )
+    parser.add_argument(
+        "--night",
+        type=parse_procedure,
+        default=None,
+        help="ROUNDS:REPEAT:WARMUP of a night instead of the workflow's (to try a change to the nightly)",
+    )
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="nightly: also re-judge every trial with compare --confirm (both builds, same session)",
+    )
+    parser.add_argument(
+        "--calibrate", action="store_true", help="measure each configuration's effective change under each plant first"
+    )
+    parser.add_argument("--calibration-steps", type=int, default=25)
+    parser.add_argument(
+        "--sentinel",
+        default=None,
+        help="with --analyse-only: speed_monitor.py output recorded beside the trials; re-judge on CPU time / sentinel",
     )
     parser.add_argument("--rounds", type=int, default=3, help="k of the rounds procedure")
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--mode", default="eval")
+    parser.add_argument("--repeat", type=int, default=10, help="--repeat of the single+confirm and rounds procedures")
+    parser.add_argument("--mode", default="eval", help="--mode of the single+confirm and rounds procedures")
     parser.add_argument("--workdir", default="detection-power")
-    parser.add_argument("--procedures", nargs="+", default=["single+confirm", "rounds"])
     parser.add_argument(
         "--analyse-only",
         action="store_true",
-        help="only re-judge the runs already in --workdir with wall time and with CPU time",
+        help="only summarise what --workdir holds (nightly: the rates; the others: re-judge wall vs CPU time)",
     )
     args = parser.parse_args()
+    unknown = sorted(set(args.affected or []) - set(args.models))
+    if unknown:
+        parser.error(f"--affected {' '.join(unknown)}: not among --models; accepted: a subset of --models")
+    if args.trials is None:
+        args.trials = [10 if p == 0 else 5 for p in args.plants]
+    if len(args.trials) not in (1, len(args.plants)) or min(args.trials) < 1:
+        accepted = f"one count >= 1, or one per --plants value ({len(args.plants)})"
+        parser.error(f"--trials {args.trials}: accepted: {accepted}")
+    if args.affected is None:
+        args.affected = [m for m in args.models if m in AFFECTED]
+    if len(args.trials) == 1:
+        args.trials = args.trials * len(args.plants)
+    return args
+
+
+def main() -> None:
+    args = _parse_args()
     work = Path(args.workdir)
+    cal_path, report_path = work / "calibration.json", work / "nightly-report.json"
     if args.analyse_only:
-        reanalyse(work, args.plants, args.rounds)
+        if "nightly" in args.procedures and report_path.exists():
+            cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
+            report = json.loads(report_path.read_text())
+            print_tables(report, cal)
+            if args.sentinel:
+                sentinel = load_sentinel(Path(args.sentinel))
+                for variant in ("night", "process"):
+                    flags = rejudge_with_sentinel(report, work, sentinel, variant)
+                    title = f"re-judged on CPU time / the speed sentinel ({variant})"
+                    print_rejudged(title, outcomes(report, cal), flags)
+        if set(args.procedures) - {"nightly"}:
+            reanalyse(work, args.plants, args.rounds, set(args.affected))
         return
-    bench = Bench(work, AFFECTED + UNAFFECTED, args.repeat, args.mode)
-    affected = set(AFFECTED)
+    bench = Bench(work, args.models, args.repeat, args.mode, args.affected)
+    if args.calibrate:
+        cal = bench.calibrate([p for p in args.plants if p > 0], args.calibration_steps)
+        cal_path.write_text(json.dumps(cal, indent=1))
+        print_calibration(cal, set(args.affected))
+    if "nightly" in args.procedures:
+        _become_subreaper()  # the forkserver's workers count towards each command's CPU time
+        proc = read_workflow()
+        if args.night:
+            proc = dataclasses.replace(proc, rounds=args.night[0], repeat=args.night[1], warmup=args.night[2])
+        run_trials(bench, work, args.plants, args.trials, proc, confirm=args.confirm)
+        cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
+        print_tables(json.loads(report_path.read_text()), cal)
+    others = [p for p in args.procedures if p != "nightly"]
+    if others:
+        one_trial_study(bench, args, others)
+
+
+def one_trial_study(bench: Bench, args: argparse.Namespace, procedures: list[str]) -> None:
+    """The first study's procedures, one trial each: single + confirm, and k rounds of --repeat steps."""
+    work = bench.work
+    affected = bench.affected
     report = []
     for plant in args.plants:
-        for procedure in args.procedures:
+        for procedure in procedures:
             load0, cpu0, t0 = os.getloadavg()[0], _children_cpu_s(), time.time()
             tag = f"{procedure.replace('+', '-')}-{plant}"
             if procedure == "rounds":
@@ -293,7 +366,7 @@ def main() -> None:
             report.append(row)
             print(json.dumps(row), flush=True)
     (work / "report.json").write_text(json.dumps(report, indent=1))
-    n_aff, n_unaff = len(AFFECTED), len(UNAFFECTED)
+    n_aff, n_unaff = len(affected), len(bench.models) - len(affected)
     print(
         f"\n| operator slowdown | procedure | affected flagged (of {n_aff}) | unaffected flagged (of {n_unaff}) | "
         "CPU s | load |"
@@ -304,7 +377,7 @@ def main() -> None:
             f"| {r['plant']:.0%} | {r['procedure']} | {len(r['flagged_affected'])} | {len(r['flagged_unaffected'])} | "
             f"{r['cpu_s']:.0f} | {r['load_start']}-{r['load_end']} |"
         )
-    reanalyse(work, args.plants, args.rounds)
+    reanalyse(work, args.plants, args.rounds, affected)
 
 
 if __name__ == "__main__":

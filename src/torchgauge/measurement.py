@@ -23,14 +23,22 @@ from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
 from .harness.threads import cpu_snapshot, thread_record
 from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
 from .results.schema import RunConfig, RunRecord
-from .stats.adaptive import AdaptiveRule
+from .stats.adaptive import AdaptiveRule, StableWarmup
 from .stats.summary import summarize
 from .stats.undisturbed import undisturbed_median, undisturbed_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["adaptive_rule", "measure", "measure_run", "timing_metrics", "config_for", "nonfinite_parameters"]
+__all__ = [
+    "adaptive_rule",
+    "config_for",
+    "measure",
+    "measure_run",
+    "nonfinite_parameters",
+    "timing_metrics",
+    "warmup_rule",
+]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -129,6 +137,15 @@ def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
     return AdaptiveRule(target=float(spec.target), min_repeat=config.repeat, max_repeat=spec.max_repeat)
 
 
+def warmup_rule(config: RunConfig) -> StableWarmup | None:
+    """The run's warm-up rule (``options.stable_warmup``: the tolerance; the config's ``warmup``
+    is the maximum), or None for exactly ``warmup`` warm-up steps."""
+    tolerance = config.options.stable_warmup
+    if tolerance is None:
+        return None
+    return StableWarmup(tolerance=float(tolerance), max_warmup=config.warmup)
+
+
 def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]) -> TimingSamples:
     checkpoint = rule.min_repeat
 
@@ -199,7 +216,8 @@ def measure_run(workload: Workload, config: RunConfig) -> RunRecord:
         )
     at_start = cpu_snapshot()
     t_warm = time.perf_counter()
-    warm = timer.warm_up(warmup)
+    warm_rule = warmup_rule(config)
+    warm = timer.warm_up(warmup, stop=None if warm_rule is None else lambda ms: warm_rule.stop_reason(ms) is not None)
     t_timed = time.perf_counter()
     at_timed = cpu_snapshot()
     if compile_probe is not None:
@@ -218,13 +236,16 @@ def measure_run(workload: Workload, config: RunConfig) -> RunRecord:
             measured["time_ms"] = timing_metrics(samples)
             if rule is not None:
                 measured["time_ms"]["stopping"] = rule.record(timed_ms, rule.stop_reason(timed_ms))
+            if warm_rule is not None:
+                warm_ms = samples.warmup_ms
+                measured["time_ms"]["warmup_stopping"] = warm_rule.record(warm_ms, warm_rule.stop_reason(warm_ms))
         if "memory" in names:
             measured.update(probe.read())
     at_end = cpu_snapshot()  # before the extra passes, whose own load is not the measurement's
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
     t_extra = time.perf_counter()
-    steps = warmup + (repeat if timed_ms is not None else 0)
+    steps = len(warm) + (len(timed_ms) if timed_ms is not None else 0)
     diverged = _divergence_reason(workload, steps, config.precision) if workload.mode == "train" else None
     for name in names:
         if name not in TIMED_PASS_METRICS:

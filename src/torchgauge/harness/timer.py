@@ -102,9 +102,18 @@ class StepTimer:
         sync()
         return clock() - t0
 
-    def warm_up(self, n: int) -> tuple[int, ...]:
-        """Run ``n`` untimed-for-the-result iterations; their durations are kept for compile cost."""
-        return tuple(self._timed_call() for _ in range(n))
+    def warm_up(self, n: int, stop: Callable[[list[float]], bool] | None = None) -> tuple[int, ...]:
+        """Run up to ``n`` untimed-for-the-result iterations; their durations are kept for compile cost.
+
+        ``stop(steps_ms)``, asked after each step, ends the warm-up early when it says so
+        (:class:`~torchgauge.stats.adaptive.StableWarmup`).
+        """
+        warm: list[int] = []
+        while len(warm) < n:
+            warm.append(self._timed_call())
+            if stop is not None and stop([ns / 1e6 for ns in warm]):
+                break
+        return tuple(warm)
 
     def run(self, repeat: int = 10, warmup: int = 3) -> TimingSamples:
         """Warm up ``warmup`` times, then time ``repeat`` iterations."""
@@ -125,30 +134,38 @@ class StepTimer:
         """Time iterations until ``stop(samples_ms)`` says so or ``max_repeat`` is reached.
 
         ``stop`` is asked only when ``should_check(n)`` holds, between steps (never inside a
-        sample). CUDA event times are not collected here: adaptive timing is a host-clock loop.
+        sample). The same series as :meth:`time` are kept (CPU time, or CUDA event times).
         """
-        wall: list[int] = []
-        while len(wall) < max_repeat:
-            wall.append(self._timed_call())
-            if should_check(len(wall)) and stop([ns / 1e6 for ns in wall]):
-                break
-        return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns)
+        return self._sample(max_repeat, warmup_ns, lambda wall: should_check(len(wall)) and stop(_ms(wall)))
 
     def time(self, repeat: int, warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
         """Time ``repeat`` iterations (no warm-up)."""
+        return self._sample(repeat, warmup_ns, None)
+
+    def _sample(
+        self, max_repeat: int, warmup_ns: tuple[int, ...], done: Callable[[list[int]], bool] | None
+    ) -> TimingSamples:
+        """Up to ``max_repeat`` timed steps, fewer once ``done(wall_ns so far)`` holds.
+
+        With CUDA events each step also gets its device time (events are read once at the end,
+        so reading them never waits inside the loop); without, the process's CPU time per step.
+        """
+        wall: list[int] = []
         if self._events is None:
-            if self._cpu_clock is None:
-                return TimingSamples(wall_ns=tuple(self._timed_call() for _ in range(repeat)), warmup_ns=warmup_ns)
-            cpu_clock, wall, cpu = self._cpu_clock, [], []
-            for _ in range(repeat):
-                c0 = cpu_clock()
+            cpu_clock = self._cpu_clock
+            cpu: list[int] = []
+            while len(wall) < max_repeat:
+                c0 = cpu_clock() if cpu_clock is not None else 0
                 wall.append(self._timed_call())
-                cpu.append(cpu_clock() - c0)
-            return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns, cpu_ns=tuple(cpu))
-        wall_list: list[int] = []
+                if cpu_clock is not None:
+                    cpu.append(cpu_clock() - c0)
+                if done is not None and done(wall):
+                    break
+            cpu_ns = tuple(cpu) if cpu_clock is not None else None
+            return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns, cpu_ns=cpu_ns)
         pairs = []
         sync, clock, step = self._sync, self._clock, self._step
-        for _ in range(repeat):
+        while len(wall) < max_repeat:
             start, end = self._events()
             sync()
             t0 = clock()
@@ -156,7 +173,13 @@ class StepTimer:
             step()
             end.record()
             sync()
-            wall_list.append(clock() - t0)
+            wall.append(clock() - t0)
             pairs.append((start, end))
+            if done is not None and done(wall):
+                break
         device = tuple(float(s.elapsed_time(e)) for s, e in pairs)
-        return TimingSamples(wall_ns=tuple(wall_list), warmup_ns=warmup_ns, device_ms=device)
+        return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns, device_ms=device)
+
+
+def _ms(ns: list[int]) -> list[float]:
+    return [x / 1e6 for x in ns]

@@ -33,8 +33,6 @@ POLL_INTERVAL_S = 0.05
 PRELOAD_MODULES = ["torchgauge._preload"]
 # The selected models' own heavy imports (ModelSpec.preload), comma-separated, for _preload.
 PRELOAD_ENV = "TORCHGAUGE_PRELOAD"
-# Preloaded for suites that train or compile (_model_preloads).
-DYNAMO_MODULE = "torch._dynamo"
 
 # run_suite's default options; RunnerOptions is frozen, so one shared instance is safe.
 _DEFAULT_OPTIONS = RunnerOptions()
@@ -72,8 +70,7 @@ def _precheck(config: RunConfig) -> tuple[str, RunRecord | None]:
 
 
 def _model_preloads(configs: Sequence[RunConfig]) -> list[str]:
-    """The selected models' own modules, their heavy lazy imports (``ModelSpec.preload``), and
-    torch._dynamo when a run trains or compiles.
+    """The selected models' own modules and their heavy lazy imports (``ModelSpec.preload``).
 
     Only these: importing every model family costs seconds that a run of a few models
     should not pay (the registry lists models from its index without importing them).
@@ -89,11 +86,6 @@ def _model_preloads(configs: Sequence[RunConfig]) -> list[str]:
         modules.update(spec.preload)
         if spec.builder is None:  # listed from the index: a built-in module not imported yet
             modules.add(spec.module)
-    # The first optimizer a process builds imports torch._dynamo (2-4 s on a 2-core CPU; so does
-    # a compiling backend): once in the forkserver when any run trains or compiles, instead of in
-    # every such worker; an eval-only eager suite never needs it.
-    if any(config.mode == "train" or config.backend != "eager" for config in configs):
-        modules.add(DYNAMO_MODULE)
     return sorted(modules)
 
 

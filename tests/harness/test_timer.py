@@ -80,18 +80,45 @@ def _costed_step(clock: FakeClock, costs: list[int], cpu: FakeClock | None = Non
     return step
 
 
-def test_warm_up_stops_when_the_rule_says_so_and_keeps_every_step() -> None:
-    clock = FakeClock()
-    timer = StepTimer(_costed_step(clock, [900, 300, 310, 305, 7, 7]), clock=clock)
-    seen = []
-
+def _stable(seen: list):
     def stable(steps_ms):
-        seen.append(len(steps_ms))
+        seen.append(list(steps_ms))
         return len(steps_ms) >= 2 and abs(steps_ms[-1] - steps_ms[-2]) <= 0.1 * steps_ms[-2]
 
-    assert timer.warm_up(5, stop=stable) == (900, 300, 310)  # steps 2 and 3 agree: warm
-    assert seen == [1, 2, 3]
-    assert timer.warm_up(1, stop=lambda ms: False) == (305,)  # the cap holds without a stop
+    return stable
+
+
+def test_warm_up_stops_when_the_rule_says_so_and_keeps_every_step() -> None:
+    clock, cpu = FakeClock(), FakeClock()
+    timer = StepTimer(_costed_step(clock, [900, 300, 310, 305, 7, 7], cpu), clock=clock, cpu_clock=cpu)
+    seen: list = []
+    # steps 2 and 3 agree: warm; the wall and CPU time of every warm-up step are kept
+    assert timer.warm_up(5, stop=_stable(seen)) == ((900, 300, 310), (450, 150, 155))
+    assert [len(s) for s in seen] == [1, 2, 3] and seen[-1] == [9e-4, 3e-4, 3.1e-4]
+    assert timer.warm_up(1, stop=lambda ms: False) == ((305,), (152,))  # the cap holds without a stop
+    assert StepTimer(lambda: None, cpu_clock=None).warm_up(2)[1] is None  # no CPU clock: no CPU series
+
+
+def test_the_rules_may_judge_the_cpu_series() -> None:
+    clock, cpu = FakeClock(), FakeClock()
+    walls = iter([300, 900, 310, 2000, 4000, 8000])
+    cpus = iter([300, 150, 155, 150, 152, 151])  # lazy init in step 1; later waits cost no CPU time
+
+    def step():
+        clock.now += next(walls)
+        cpu.now += next(cpus)
+
+    timer = StepTimer(step, clock=clock, cpu_clock=cpu)
+    seen: list = []
+    wall, cpu_ns = timer.warm_up(5, stop=_stable(seen), signal="cpu")
+    # on wall time step 3 (310) disagrees with step 2 (900); on CPU time they agree: warm
+    assert wall == (300, 900, 310) and cpu_ns == (300, 150, 155) and seen[-1] == [3e-4, 1.5e-4, 1.55e-4]
+    s = timer.time_until(lambda n: n >= 3, lambda ms: max(ms) < 1e-3, 10, wall, cpu_ns, signal="cpu")
+    assert s.wall_ns == (2000, 4000, 8000) and s.cpu_ns == (150, 152, 151) and s.warmup_cpu_ns == cpu_ns
+    with pytest.raises(ValueError, match="accepted: wall, cpu"):
+        timer.warm_up(1, stop=_stable([]), signal="device")
+    with pytest.raises(ValueError, match="needs the CPU-time series"):
+        StepTimer(lambda: None, cpu_clock=None).warm_up(1, stop=_stable([]), signal="cpu")
 
 
 def test_time_until_keeps_the_cpu_series_as_time_does() -> None:

@@ -48,9 +48,10 @@ def test_stable_warmup_stops_once_two_consecutive_steps_agree() -> None:
     assert rule.stop_reason([900.0, 300.0, 320.0]) == "stable"
     assert rule.stop_reason([300.0, 400.0, 300.0, 400.0]) is None  # noisy: keeps warming up
     assert rule.stop_reason([300.0, 400.0, 300.0, 400.0, 300.0]) == "max_warmup"
-    record = rule.record([900.0, 300.0, 320.0], "stable")
+    record = rule.record([900.0, 300.0, 320.0], "stable", "cpu")
     assert record == {
         "rule": "consecutive_steps_within",
+        "signal": "cpu",
         "tolerance": 0.1,
         "min_warmup": MIN_STABLE_WARMUP,
         "max_warmup": 5,

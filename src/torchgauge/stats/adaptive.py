@@ -64,10 +64,12 @@ class AdaptiveRule:
             return "max_repeat"
         return None
 
-    def record(self, samples: Sequence[float], reason: str | None) -> dict[str, Any]:
-        """The stopping rule and outcome, as stored in ``time_ms["stopping"]``."""
+    def record(self, samples: Sequence[float], reason: str | None, signal: str = "wall") -> dict[str, Any]:
+        """The stopping rule and outcome, as stored in ``time_ms["stopping"]``; ``samples`` are
+        the ``signal`` series the rule judged (``wall`` or ``cpu`` time per step)."""
         return {
             "rule": "median_ci_relative_width",
+            "signal": signal,
             "target": self.target,
             "min_repeat": self.min_repeat,
             "max_repeat": self.max_repeat,
@@ -109,11 +111,13 @@ class StableWarmup:
             return "max_warmup"
         return None
 
-    def record(self, steps: Sequence[float], reason: str | None) -> dict[str, Any]:
-        """The warm-up rule and outcome, as stored in ``time_ms["warmup_stopping"]``."""
+    def record(self, steps: Sequence[float], reason: str | None, signal: str = "wall") -> dict[str, Any]:
+        """The warm-up rule and outcome, as stored in ``time_ms["warmup_stopping"]``; ``steps``
+        are the ``signal`` series the rule judged (``wall`` or ``cpu`` time per step)."""
         last = abs(steps[-1] - steps[-2]) / steps[-2] if len(steps) >= 2 and steps[-2] > 0 else None
         return {
             "rule": "consecutive_steps_within",
+            "signal": signal,
             "tolerance": self.tolerance,
             "min_warmup": MIN_STABLE_WARMUP,
             "max_warmup": self.max_warmup,

@@ -120,6 +120,18 @@ def _rel_width(time_ms: dict) -> float | None:
     return round((high - low) / median, 4) if None not in (low, high, median) and median > 0 else None
 
 
+def _cpu_rel_width(time_ms: dict) -> float | None:
+    """The recorded CPU-time series' 95% median interval over its median (what compare tests on
+    one-thread CPU runs, docs/regression-detection.md)."""
+    from torchgauge.stats.summary import summarize
+
+    cpu = time_ms.get("cpu_samples")
+    if not cpu:
+        return None
+    s = summarize(cpu)
+    return round((s.ci_high - s.ci_low) / s.median, 4) if s.median > 0 else None
+
+
 def _torchgauge_pass(configs: list[tuple[str, str]], extra: list[str], timeout_s: float) -> dict[str, object]:
     """One ``torchgauge run`` per distinct mode set over ``configs``: wall in all, and per configuration
     its median, sample and warm-up counts, relative CI width and phases (``phases_s``)."""
@@ -152,8 +164,15 @@ def _torchgauge_pass(configs: list[tuple[str, str]], extra: list[str], timeout_s
                 "samples": len(time_ms.get("samples", ())),
                 "warmup": len(time_ms.get("warmup_samples", ())),
                 "ci_rel_width": _rel_width(time_ms),
+                "cpu_median_ms": time_ms.get("cpu_median"),
+                "cpu_ci_rel_width": _cpu_rel_width(time_ms),
                 "wall_s": run.get("wall_s"),
                 "phases_s": run.get("phases_s"),
+                # the raw series, for the warm-up and stopping analysis (docs/performance.md)
+                "series_ms": {
+                    k: time_ms.get(k) for k in ("warmup_samples", "samples", "warmup_cpu_samples", "cpu_samples")
+                },
+                "stopping": {k: time_ms.get(k) for k in ("stopping", "warmup_stopping") if k in time_ms},
             }
             if run.get("error"):
                 errors[key] = str(run["error"])[:300]
@@ -233,7 +252,11 @@ def summarize_suite(rounds: list[dict], keys: list[str], variants: list[str]) ->
         row["round_spread"] = {t: round(max(v) / min(v), 3) if len(v) > 1 else None for t, v in ok.items()}
         for t in variants:
             runs = [r[t]["runs"].get(key, {}) for r in rounds]
-            row[t] = {f: [run.get(f) for run in runs] for f in ("samples", "warmup", "ci_rel_width")}
+            row[t] = {
+                f: [run.get(f) for run in runs] for f in ("samples", "warmup", "ci_rel_width", "cpu_ci_rel_width")
+            }
+            cpu = [run["cpu_median_ms"] for run in runs if run.get("cpu_median_ms")]
+            row[t]["cpu_round_spread"] = round(max(cpu) / min(cpu), 3) if len(cpu) > 1 else None
             if ok[t] and ok["torchbench"]:
                 row[t]["median_ratio"] = round(statistics.median(ok[t]) / statistics.median(ok["torchbench"]), 3)
         per_config[key] = row
@@ -243,11 +266,16 @@ def summarize_suite(rounds: list[dict], keys: list[str], variants: list[str]) ->
         precision[t] = {"spread_geomean": _geomean(spreads), "spread_max": max(spreads, default=None)}
         if t in variants:
             widths = [w for k in common for w in per_config[k][t]["ci_rel_width"] if w is not None]
+            cpu_widths = [w for k in common for w in per_config[k][t]["cpu_ci_rel_width"] if w is not None]
+            cpu_spreads = [per_config[k][t]["cpu_round_spread"] for k in common if per_config[k][t]["cpu_round_spread"]]
             samples = [n for k in common for n in per_config[k][t]["samples"] if n]
             warm = [n for k in common for n in per_config[k][t]["warmup"] if n is not None]
             precision[t].update(
                 ci_rel_width_median=round(statistics.median(widths), 4) if widths else None,
                 ci_rel_width_max=max(widths, default=None),
+                cpu_spread_geomean=_geomean(cpu_spreads),
+                cpu_spread_max=max(cpu_spreads, default=None),
+                cpu_ci_rel_width_median=round(statistics.median(cpu_widths), 4) if cpu_widths else None,
                 samples_total=sum(samples),
                 warmup_total=sum(warm),
             )

@@ -32,6 +32,7 @@ def test_options_serialise_as_the_results_files_always_held_them() -> None:
         accuracy=True,
         leak_iterations=20,
         adaptive=Adaptive(0.05, 40),
+        stable_warmup=0.1,
     )
     doc = opts.to_dict()
     assert doc == {
@@ -42,6 +43,7 @@ def test_options_serialise_as_the_results_files_always_held_them() -> None:
         "accuracy": True,
         "leak_iterations": 20,
         "adaptive": {"target": 0.05, "max_repeat": 40},
+        "stable_warmup": 0.1,
     }
     assert list(doc) == [
         "channels_last",
@@ -51,6 +53,7 @@ def test_options_serialise_as_the_results_files_always_held_them() -> None:
         "accuracy",
         "leak_iterations",
         "adaptive",
+        "stable_warmup",
     ]
     assert RunOptions.from_dict(doc) == opts and RunOptions().to_dict() == {}
 
@@ -74,6 +77,8 @@ def test_a_record_round_trips_its_options_and_keeps_unknown_keys() -> None:
         ({"leak_iterations": 2}, "invalid leak_iterations 2; accepted: an integer >= "),
         ({"instruction_steps": 0}, "invalid instruction_steps 0; accepted: an integer >= 1"),
         ({"adaptive": {"target": 2, "max_repeat": 10}}, "adaptive target 2; accepted: a fraction between 0 and 1"),
+        ({"stable_warmup": 1.5}, "invalid stable_warmup 1.5; accepted: a fraction between 0 and 1"),
+        ({"stable_warmup": True}, "invalid stable_warmup True; accepted: a fraction between 0 and 1"),
         ({"colour": "red"}, "unknown run option 'colour'; accepted: accuracy, adaptive, channels_last"),
     ],
 )
@@ -240,6 +245,10 @@ def test_later_rounds_read_the_registry_facts_not_metric_names(monkeypatch) -> N
         (
             dict(base=BASE.with_(repeat=50, options=RunOptions(adaptive=Adaptive(0.1, 20)))),
             "adaptive repeats 50..20; accepted: repeat <= max_repeat",
+        ),
+        (
+            dict(base=BASE.with_(warmup=1, options=RunOptions(stable_warmup=0.1))),
+            "warmup 1 is the most warm-up steps with stable_warmup; accepted: warmup >= 2",
         ),
     ],
 )

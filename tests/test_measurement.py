@@ -146,6 +146,64 @@ def test_adaptive_repeats_stop_within_bounds_and_record_the_rule() -> None:
     assert len(timing["samples"]) == 12 and timing["stopping"]["stopped_by"] == "max_repeat"
 
 
+def test_adaptive_repeats_keep_the_cpu_series_and_a_stable_warmup_is_recorded() -> None:
+    from torchgauge.measurement import measure_run
+    from torchgauge.results.schema import RunConfig
+
+    workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    options = {"adaptive": {"target": 0.9, "max_repeat": 12}, "stable_warmup": 0.999}
+    config = RunConfig("planted_ok", mode="eval", size="smoke", repeat=6, warmup=5, metrics=("time",), options=options)
+    timing = measure_run(workload, config).metrics["time_ms"]
+    # the adaptive loop keeps the same series as a fixed count: compare --time-signal cpu works on it
+    assert len(timing["cpu_samples"]) == len(timing["samples"]) and timing["undisturbed_fraction"] is not None
+    warm = timing["warmup_stopping"]
+    assert warm["rule"] == "consecutive_steps_within" and warm["steps"] == len(timing["warmup_samples"])
+    assert len(timing["warmup_cpu_samples"]) == warm["steps"]
+    # the pytest process runs OMP_NUM_THREADS=2 (conftest): CPU time adds the threads' waits, so wall is judged
+    assert warm["signal"] == timing["stopping"]["signal"] == ("cpu" if torch.get_num_threads() == 1 else "wall")
+    assert warm["min_warmup"] == 2 and warm["max_warmup"] == 5 and 2 <= warm["steps"] <= 5
+    # (the rule's decisions on known series: tests/stats/test_adaptive.py; a real step's time is noisy)
+    assert warm["stopped_by"] == ("stable" if warm["steps"] < 5 else warm["stopped_by"])
+    fixed = measure_run(workload, config.with_(options={})).metrics["time_ms"]
+    assert "warmup_stopping" not in fixed and "stopping" not in fixed and len(fixed["warmup_samples"]) == 5
+
+
+def test_one_thread_cpu_runs_judge_cpu_time_as_compare_tests_it() -> None:
+    from torchgauge.measurement import judged_signal, measure_run
+    from torchgauge.results.schema import RunConfig
+
+    workload = torchgauge.create("planted_ok", mode="eval", size="smoke")
+    options = {"adaptive": {"target": 0.99, "max_repeat": 8}, "stable_warmup": 0.5}
+    config = RunConfig("planted_ok", mode="eval", size="smoke", repeat=6, warmup=4, metrics=("time",), options=options)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert judged_signal(torch.device("cpu")) == "cpu"
+        timing = measure_run(workload, config).metrics["time_ms"]
+        torch.set_num_threads(2)
+        assert judged_signal(torch.device("cpu")) == "wall" and judged_signal(torch.device("meta")) == "wall"
+    finally:
+        torch.set_num_threads(threads)
+    stopping, warm = timing["stopping"], timing["warmup_stopping"]
+    assert stopping["signal"] == warm["signal"] == "cpu" and stopping["samples"] == len(timing["cpu_samples"])
+    from torchgauge.stats.adaptive import AdaptiveRule
+
+    judged = AdaptiveRule(0.99, 6, 8).relative_width(timing["cpu_samples"])  # the record's width is CPU time's
+    assert stopping["relative_width"] == pytest.approx(judged, abs=1e-6)
+
+
+def test_divergence_counts_the_steps_that_ran() -> None:
+    from torchgauge.measurement import measure_run
+    from torchgauge.results.schema import RunConfig
+
+    workload = torchgauge.create("planted_diverges", mode="train", size="smoke")
+    options = {"adaptive": {"target": 0.99, "max_repeat": 4}, "stable_warmup": 0.999}
+    config = RunConfig("planted_diverges", size="smoke", repeat=4, warmup=3, metrics=("time",), options=options)
+    rec = measure_run(workload, config)
+    ran = len(rec.metrics["time_ms"]["warmup_samples"]) + len(rec.metrics["time_ms"]["samples"])
+    assert 6 <= ran <= 7 and f"after {ran} fp32 train steps" in rec.error  # what ran, however the rules ended
+
+
 def test_measure_takes_repeat_and_warmup_and_measure_run_a_configuration() -> None:
     from torchgauge.measurement import config_for, measure_run
 

@@ -106,6 +106,10 @@ def _check_option(name: str, value: Any) -> None:
         "leak_iterations": (lambda v: _is_int(v) and v >= min_samples(), f"an integer >= {min_samples()}"),
         "instruction_steps": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
         "adaptive": (lambda v: isinstance(v, Adaptive), "target and max_repeat"),
+        "stable_warmup": (
+            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
+            "a fraction between 0 and 1, e.g. 0.1",
+        ),
     }
     check, words = accepted[name]
     if not check(value):
@@ -133,6 +137,9 @@ class RunOptions:
     leak_iterations: int | None = None  # steps of the leak metric; None: harness.leak's default
     instruction_steps: int | None = None  # steps counted by the instructions metric; None: its default
     adaptive: Adaptive | None = None  # adaptive repeats; None: exactly ``repeat`` timed steps
+    # Warm up until two consecutive steps agree within this fraction (``warmup`` is then the
+    # maximum; stats.adaptive.StableWarmup); None: exactly ``warmup`` warm-up steps.
+    stable_warmup: float | None = None
     # Keys this torchgauge does not know (a file from a newer one): kept so the file
     # round-trips, never read. Only loading fills it; user input with such keys is refused.
     unknown: tuple[tuple[str, Any], ...] = ()
@@ -418,6 +425,14 @@ def _check_base(base: RunConfig) -> None:
     if adaptive is not None and adaptive.max_repeat < base.repeat:
         raise ConfigError(
             "max_repeat", f"adaptive repeats {base.repeat}..{adaptive.max_repeat}; accepted: repeat <= max_repeat"
+        )
+    from .stats.adaptive import MIN_STABLE_WARMUP
+
+    if base.options.stable_warmup is not None and base.warmup < MIN_STABLE_WARMUP:
+        raise ConfigError(
+            "warmup",
+            f"warmup {base.warmup} is the most warm-up steps with stable_warmup; accepted: warmup >= "
+            f"{MIN_STABLE_WARMUP}, since stability is judged between two consecutive steps",
         )
 
 

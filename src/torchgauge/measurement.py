@@ -23,14 +23,23 @@ from .harness.metrics import TIMED_PASS_METRICS, get_metric, validate_metrics
 from .harness.threads import cpu_snapshot, thread_record
 from .harness.timer import StepTimer, TimingSamples, cuda_event_pair_factory, device_sync
 from .results.schema import RunConfig, RunRecord
-from .stats.adaptive import AdaptiveRule
+from .stats.adaptive import AdaptiveRule, StableWarmup
 from .stats.summary import summarize
-from .stats.undisturbed import undisturbed_median, undisturbed_steps
+from .stats.undisturbed import cpu_time_unfit, undisturbed_median, undisturbed_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
-__all__ = ["adaptive_rule", "measure", "measure_run", "timing_metrics", "config_for", "nonfinite_parameters"]
+__all__ = [
+    "adaptive_rule",
+    "config_for",
+    "judged_signal",
+    "measure",
+    "measure_run",
+    "nonfinite_parameters",
+    "timing_metrics",
+    "warmup_rule",
+]
 
 
 def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
@@ -52,6 +61,8 @@ def timing_metrics(samples: TimingSamples) -> dict[str, Any]:
         "noisy": s.noisy,
         "warmup_samples": samples.warmup_ms,
     }
+    if samples.warmup_cpu_ns is not None:
+        out["warmup_cpu_samples"] = samples.warmup_cpu_ms
     if samples.cpu_ms is not None:
         out["cpu_samples"] = samples.cpu_ms
         out["cpu_median"] = summarize(samples.cpu_ms).median
@@ -149,7 +160,32 @@ def adaptive_rule(config: RunConfig) -> AdaptiveRule | None:
     return AdaptiveRule(target=float(spec.target), min_repeat=config.repeat, max_repeat=spec.max_repeat)
 
 
-def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]) -> TimingSamples:
+def warmup_rule(config: RunConfig) -> StableWarmup | None:
+    """The run's warm-up rule (``options.stable_warmup``: the tolerance; the config's ``warmup``
+    is the maximum), or None for exactly ``warmup`` warm-up steps."""
+    tolerance = config.options.stable_warmup
+    if tolerance is None:
+        return None
+    return StableWarmup(tolerance=float(tolerance), max_warmup=config.warmup)
+
+
+def judged_signal(device: Any) -> str:
+    """The series the warm-up and repeat rules judge: ``cpu`` (the process's CPU time per step)
+    where it is the step's cost, a CPU device with one intra-op thread, as ``compare
+    --time-signal auto`` tests it there (stats.undisturbed.cpu_time_unfit); else ``wall``.
+
+    On a shared machine a wall-time interval measures the load as much as the step: at load
+    4-6 on 2 cores every full-size configuration of docs/performance.md's side-by-side ran to
+    the cap with wall-time intervals 14-200% wide.
+    """
+    import torch
+
+    return "cpu" if cpu_time_unfit(str(device), torch.get_num_threads()) is None else "wall"
+
+
+def _time_adaptively(
+    timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...], warm_cpu: tuple[int, ...] | None, signal: str
+) -> TimingSamples:
     checkpoint = rule.min_repeat
 
     def should_check(n: int) -> bool:
@@ -159,7 +195,10 @@ def _time_adaptively(timer: StepTimer, rule: AdaptiveRule, warm: tuple[int, ...]
         checkpoint = rule.next_check(n)
         return True
 
-    return timer.time_until(should_check, lambda ms: rule.stop_reason(ms) is not None, rule.max_repeat, warmup_ns=warm)
+    def stop(ms: list[float]) -> bool:
+        return rule.stop_reason(ms) is not None
+
+    return timer.time_until(should_check, stop, rule.max_repeat, warm, warm_cpu, signal=signal)
 
 
 def measure(
@@ -219,7 +258,10 @@ def measure_run(workload: Workload, config: RunConfig) -> RunRecord:
         )
     at_start = cpu_snapshot()
     t_warm = time.perf_counter()
-    warm = timer.warm_up(warmup)
+    warm_rule, rule = warmup_rule(config), adaptive_rule(config)
+    signal = judged_signal(device) if warm_rule is not None or rule is not None else "wall"
+    warm_stop = None if warm_rule is None else lambda ms: warm_rule.stop_reason(ms) is not None
+    warm, warm_cpu = timer.warm_up(warmup, stop=warm_stop, signal=signal)
     t_timed = time.perf_counter()
     at_timed = cpu_snapshot()
     if compile_probe is not None:
@@ -228,23 +270,26 @@ def measure_run(workload: Workload, config: RunConfig) -> RunRecord:
     if "time" in names or "memory" in names:
         probe = MemoryProbe(device.type)
         probe.start()
-        rule = adaptive_rule(config)
         if rule is None:
-            samples = timer.time(repeat, warmup_ns=warm)
+            samples = timer.time(repeat, warmup_ns=warm, warmup_cpu_ns=warm_cpu)
         else:
-            samples = _time_adaptively(timer, rule, warm)
+            samples = _time_adaptively(timer, rule, warm, warm_cpu, signal)
         timed_ms = samples.wall_ms
         if "time" in names:
             measured["time_ms"] = timing_metrics(samples)
             if rule is not None:
-                measured["time_ms"]["stopping"] = rule.record(timed_ms, rule.stop_reason(timed_ms))
+                judged = samples.cpu_ms if signal == "cpu" else timed_ms
+                measured["time_ms"]["stopping"] = rule.record(judged, rule.stop_reason(judged), signal)
+            if warm_rule is not None:
+                judged = samples.warmup_cpu_ms if signal == "cpu" else samples.warmup_ms
+                measured["time_ms"]["warmup_stopping"] = warm_rule.record(judged, warm_rule.stop_reason(judged), signal)
         if "memory" in names:
             measured.update(probe.read())
     at_end = cpu_snapshot()  # before the extra passes, whose own load is not the measurement's
     if compile_probe is not None:  # before the extra passes, which may trigger recompiles
         measured["compile"] = compile_probe.read([ns / 1e6 for ns in warm], timed_ms)
     t_extra = time.perf_counter()
-    steps = warmup + (repeat if timed_ms is not None else 0)
+    steps = len(warm) + (len(timed_ms) if timed_ms is not None else 0)
     diverged = _divergence_reason(workload, steps, config.precision) if workload.mode == "train" else None
     for name in names:
         if name not in TIMED_PASS_METRICS:

@@ -294,3 +294,20 @@ def test_precision_torchbench_runs_each_model_in_its_torchbench_default(cli, tmp
         ("planted_torchbench_fp16", "eval"): ("fp16", "unsupported"),
     }
     assert "does not support precision 'fp16': planted:" in runs[("planted_torchbench_fp16", "eval")]["error"]
+
+
+def test_run_stable_warmup(cli, tmp_path) -> None:
+    out = tmp_path / "r.json"
+    args = ("run", "planted_ok", "--model-file", PLANTED, "--size", "smoke", "--mode", "eval", "--output", str(out))
+    code, _, err = cli(*args, "--warmup", "4", "--stable-warmup", "0.5", "--quiet")
+    assert code == 0, err
+    (run,) = json.loads(out.read_text())["runs"]
+    timing = run["metrics"]["time_ms"]
+    assert run["options"]["stable_warmup"] == 0.5 and run["warmup"] == 4
+    assert 2 <= len(timing["warmup_samples"]) <= 4 and timing["warmup_stopping"]["steps"] == len(
+        timing["warmup_samples"]
+    )
+    code, _, err = cli(*args, "--stable-warmup", "0")
+    assert code == 2 and "invalid stable_warmup 0.0; accepted: a fraction between 0 and 1" in err
+    code, _, err = cli(*args, "--warmup", "1", "--stable-warmup", "0.1")
+    assert code == 2 and "accepted: warmup >= 2" in err

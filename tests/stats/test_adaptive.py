@@ -1,4 +1,4 @@
-"""Adaptive repeats: the stopping rule on synthetic series with known intervals."""
+"""Adaptive repeats and stable warm-up: the stopping rules on synthetic series with known answers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from torchgauge.stats.adaptive import AdaptiveRule
+from torchgauge.stats.adaptive import MIN_STABLE_WARMUP, AdaptiveRule, StableWarmup
 from torchgauge.stats.summary import median_ci
 
 
@@ -38,3 +38,33 @@ def test_checkpoints_grow_geometrically() -> None:
 def test_rejects_bad_settings(kw) -> None:
     with pytest.raises(ValueError, match="accepted"):
         AdaptiveRule(**{"target": 0.05, "min_repeat": 5, "max_repeat": 50, **kw})
+
+
+def test_stable_warmup_stops_once_two_consecutive_steps_agree() -> None:
+    rule = StableWarmup(tolerance=0.1, max_warmup=5)
+    assert rule.stop_reason([100.0]) is None  # one step cannot show it was warm
+    assert rule.stop_reason([100.0, 105.0]) == "stable"  # no lazy-init cost in the first
+    assert rule.stop_reason([900.0, 300.0]) is None  # still getting faster
+    assert rule.stop_reason([900.0, 300.0, 320.0]) == "stable"
+    assert rule.stop_reason([300.0, 400.0, 300.0, 400.0]) is None  # noisy: keeps warming up
+    assert rule.stop_reason([300.0, 400.0, 300.0, 400.0, 300.0]) == "max_warmup"
+    record = rule.record([900.0, 300.0, 320.0], "stable", "cpu")
+    assert record == {
+        "rule": "consecutive_steps_within",
+        "signal": "cpu",
+        "tolerance": 0.1,
+        "min_warmup": MIN_STABLE_WARMUP,
+        "max_warmup": 5,
+        "steps": 3,
+        "stopped_by": "stable",
+        "last_change": pytest.approx(20 / 300, abs=1e-6),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [(dict(tolerance=0), "tolerance"), (dict(tolerance=1.0), "tolerance"), (dict(max_warmup=1), "at least 2")],
+)
+def test_stable_warmup_rejects_bad_settings(kw, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        StableWarmup(**{"tolerance": 0.1, "max_warmup": 3, **kw})

@@ -59,6 +59,13 @@ from .run_flags import batch_size_flag, parse_run_flags
     "--warmup", type=int, default=3, show_default=True, callback=non_negative, help="Untimed iterations first."
 )
 @click.option(
+    "--stable-warmup",
+    type=float,
+    default=None,
+    help="Warm up until two consecutive steps agree within this fraction (e.g. 0.1): at least 2 steps, "
+    "--warmup at most; every warm-up step kept, the rule recorded.",
+)
+@click.option(
     "--size",
     type=click.Choice(["full", "smoke"]),
     default="full",

@@ -53,6 +53,8 @@ def _options(kw: dict, metrics: tuple[str, ...]):
         metrics = metrics if "breakdown" in metrics else (*metrics, "breakdown")
     if kw["adaptive"] is not None:
         extras["adaptive"] = Adaptive(kw["adaptive"], kw["max_repeat"])
+    if kw["stable_warmup"] is not None:
+        extras["stable_warmup"] = kw["stable_warmup"]
     options = backend_options(
         str(kw["backend"]),
         warmup=kw["warmup"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..results.schema import RunRecord
+from ..stats.undisturbed import cpu_time_unfit
 
 __all__ = ["DEFAULT_TIME_SIGNAL", "TIME_SIGNALS", "TIME_SIGNAL_CHOICES", "signal_for"]
 
@@ -33,14 +34,7 @@ def _has_cpu_samples(record: RunRecord) -> bool:
 
 def _cpu_time_unfit(record: RunRecord) -> str | None:
     """Why this record's CPU time is not its step's cost (None: it is)."""
-    if record.config.device != "cpu":
-        return f"device {record.config.device}: CPU time leaves out the device's work"
-    intra_op = (record.threads or {}).get("intra_op")
-    if intra_op is None:
-        return "intra-op threads not recorded"
-    if intra_op != 1:
-        return f"{intra_op} intra-op threads: CPU time adds the threads' waits"
-    return None
+    return cpu_time_unfit(record.config.device, (record.threads or {}).get("intra_op"))
 
 
 def signal_for(requested: str, base: Sequence[RunRecord], new: Sequence[RunRecord]) -> tuple[str, str | None]:

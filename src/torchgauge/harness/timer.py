@@ -27,6 +27,7 @@ class TimingSamples:
     # This process's CPU time per timed step (all its threads). With one intra-op thread it
     # does not grow when other processes deschedule ours, unlike wall time (harness.threads).
     cpu_ns: tuple[int, ...] | None = None
+    warmup_cpu_ns: tuple[int, ...] | None = None  # CPU time per warm-up step, as cpu_ns
 
     @property
     def wall_ms(self) -> list[float]:
@@ -39,6 +40,10 @@ class TimingSamples:
     @property
     def warmup_ms(self) -> list[float]:
         return [ns / 1e6 for ns in self.warmup_ns]
+
+    @property
+    def warmup_cpu_ms(self) -> list[float] | None:
+        return None if self.warmup_cpu_ns is None else [ns / 1e6 for ns in self.warmup_cpu_ns]
 
 
 def device_sync(device: Any) -> Callable[[], None]:
@@ -102,9 +107,18 @@ class StepTimer:
         sync()
         return clock() - t0
 
-    def warm_up(self, n: int) -> tuple[int, ...]:
-        """Run ``n`` untimed-for-the-result iterations; their durations are kept for compile cost."""
-        return tuple(self._timed_call() for _ in range(n))
+    def warm_up(
+        self, n: int, stop: Callable[[list[float]], bool] | None = None, signal: str = "wall"
+    ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+        """Run up to ``n`` untimed-for-the-result iterations: their wall and CPU times (ns; CPU
+        None without a CPU clock or with events), kept for compile cost and the warm-up rule.
+
+        ``stop(steps_ms)``, asked after each step with the ``signal`` series (``wall`` or
+        ``cpu``), ends the warm-up early when it says so
+        (:class:`~torchgauge.stats.adaptive.StableWarmup`).
+        """
+        wall, cpu, _ = self._sample(n, _asking(stop, signal, self._has_cpu_series()), events=False)
+        return tuple(wall), None if cpu is None else tuple(cpu)
 
     def run(self, repeat: int = 10, warmup: int = 3) -> TimingSamples:
         """Warm up ``warmup`` times, then time ``repeat`` iterations."""
@@ -112,8 +126,8 @@ class StepTimer:
             raise ValueError(f"repeat must be >= 1, got {repeat}")
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
-        warm = self.warm_up(warmup)
-        return self.time(repeat, warmup_ns=warm)
+        warm, warm_cpu = self.warm_up(warmup)
+        return self.time(repeat, warmup_ns=warm, warmup_cpu_ns=warm_cpu)
 
     def time_until(
         self,
@@ -121,34 +135,61 @@ class StepTimer:
         stop: Callable[[list[float]], bool],
         max_repeat: int,
         warmup_ns: tuple[int, ...] = (),
+        warmup_cpu_ns: tuple[int, ...] | None = None,
+        signal: str = "wall",
     ) -> TimingSamples:
         """Time iterations until ``stop(samples_ms)`` says so or ``max_repeat`` is reached.
 
-        ``stop`` is asked only when ``should_check(n)`` holds, between steps (never inside a
-        sample). CUDA event times are not collected here: adaptive timing is a host-clock loop.
+        ``stop`` sees the ``signal`` series (``wall`` or ``cpu``) and is asked only when
+        ``should_check(n)`` holds, between steps (never inside a sample). The same series as
+        :meth:`time` are kept (CPU time, or CUDA event times).
+        """
+        ask = _asking(stop, signal, self._has_cpu_series())
+        done = None if ask is None else lambda wall, cpu: should_check(len(wall)) and ask(wall, cpu)
+        return self._samples(max_repeat, done, warmup_ns, warmup_cpu_ns)
+
+    def time(
+        self, repeat: int, warmup_ns: tuple[int, ...] = (), warmup_cpu_ns: tuple[int, ...] | None = None
+    ) -> TimingSamples:
+        """Time ``repeat`` iterations (no warm-up)."""
+        return self._samples(repeat, None, warmup_ns, warmup_cpu_ns)
+
+    def _has_cpu_series(self) -> bool:
+        return self._events is None and self._cpu_clock is not None
+
+    def _samples(self, max_repeat: int, done, warmup_ns, warmup_cpu_ns) -> TimingSamples:
+        wall, cpu, device = self._sample(max_repeat, done, events=self._events is not None)
+        return TimingSamples(
+            wall_ns=tuple(wall),
+            warmup_ns=warmup_ns,
+            device_ms=device,
+            cpu_ns=None if cpu is None else tuple(cpu),
+            warmup_cpu_ns=warmup_cpu_ns,
+        )
+
+    def _sample(
+        self, max_repeat: int, done: Callable[[list[int], list[int] | None], bool] | None, *, events: bool
+    ) -> tuple[list[int], list[int] | None, tuple[float, ...] | None]:
+        """Up to ``max_repeat`` steps, fewer once ``done(wall_ns, cpu_ns)`` holds: (wall, CPU, device ms).
+
+        With CUDA events each step also gets its device time (events are read once at the end,
+        so reading them never waits inside the loop); without, the process's CPU time per step.
         """
         wall: list[int] = []
-        while len(wall) < max_repeat:
-            wall.append(self._timed_call())
-            if should_check(len(wall)) and stop([ns / 1e6 for ns in wall]):
-                break
-        return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns)
-
-    def time(self, repeat: int, warmup_ns: tuple[int, ...] = ()) -> TimingSamples:
-        """Time ``repeat`` iterations (no warm-up)."""
-        if self._events is None:
-            if self._cpu_clock is None:
-                return TimingSamples(wall_ns=tuple(self._timed_call() for _ in range(repeat)), warmup_ns=warmup_ns)
-            cpu_clock, wall, cpu = self._cpu_clock, [], []
-            for _ in range(repeat):
-                c0 = cpu_clock()
+        if not events:
+            cpu_clock = self._cpu_clock
+            cpu: list[int] | None = None if cpu_clock is None else []
+            while len(wall) < max_repeat:
+                c0 = cpu_clock() if cpu_clock is not None else 0
                 wall.append(self._timed_call())
-                cpu.append(cpu_clock() - c0)
-            return TimingSamples(wall_ns=tuple(wall), warmup_ns=warmup_ns, cpu_ns=tuple(cpu))
-        wall_list: list[int] = []
+                if cpu is not None:
+                    cpu.append(cpu_clock() - c0)
+                if done is not None and done(wall, cpu):
+                    break
+            return wall, cpu, None
         pairs = []
         sync, clock, step = self._sync, self._clock, self._step
-        for _ in range(repeat):
+        while len(wall) < max_repeat:
             start, end = self._events()
             sync()
             t0 = clock()
@@ -156,7 +197,23 @@ class StepTimer:
             step()
             end.record()
             sync()
-            wall_list.append(clock() - t0)
+            wall.append(clock() - t0)
             pairs.append((start, end))
-        device = tuple(float(s.elapsed_time(e)) for s, e in pairs)
-        return TimingSamples(wall_ns=tuple(wall_list), warmup_ns=warmup_ns, device_ms=device)
+            if done is not None and done(wall, None):
+                break
+        return wall, None, tuple(float(s.elapsed_time(e)) for s, e in pairs)
+
+
+def _asking(
+    stop: Callable[[list[float]], bool] | None, signal: str, has_cpu: bool
+) -> Callable[[list[int], list[int] | None], bool] | None:
+    """``stop`` asked with the ``signal`` series in ms, as the sampling loop calls it."""
+    if signal not in ("wall", "cpu"):
+        raise ValueError(f"invalid signal {signal!r}; accepted: wall, cpu")
+    if signal == "cpu" and not has_cpu:
+        raise ValueError("signal 'cpu' needs the CPU-time series (a CPU clock and no CUDA events)")
+    if stop is None:
+        return None
+    if signal == "cpu":
+        return lambda wall, cpu: stop([ns / 1e6 for ns in cpu])
+    return lambda wall, cpu: stop([ns / 1e6 for ns in wall])

@@ -15,7 +15,13 @@ import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["UNDISTURBED_MIN_RATIO", "UNDISTURBED_MIN_STEPS", "undisturbed_median", "undisturbed_steps"]
+__all__ = [
+    "UNDISTURBED_MIN_RATIO",
+    "UNDISTURBED_MIN_STEPS",
+    "cpu_time_unfit",
+    "undisturbed_median",
+    "undisturbed_steps",
+]
 
 # A step counts as undisturbed when its CPU time is at least this fraction of its wall time.
 # Under load the ratios of one-thread steps are bimodal: 0.98-1.01 (held the CPU) or 0.03-0.2
@@ -74,3 +80,25 @@ def undisturbed_median(
         raise ValueError(f"invalid min_steps {min_steps}; accepted: an integer >= 1")
     kept = undisturbed_steps(wall, cpu, min_ratio=min_ratio)
     return statistics.median(kept) if len(kept) >= min_steps else None
+
+
+def cpu_time_unfit(device: str, intra_op_threads: int | None) -> str | None:
+    """Why a run's process CPU time per step is not its step's cost; None when it is.
+
+    It is on a CPU device with one intra-op thread: then it leaves out only the time the
+    process spent descheduled. ``compare --time-signal auto`` tests CPU time where this is None,
+    and the adaptive rules judge it there (:mod:`torchgauge.measurement`).
+
+    Example:
+        >>> cpu_time_unfit("cpu", 1) is None
+        True
+        >>> cpu_time_unfit("cpu", 2)
+        "2 intra-op threads: CPU time adds the threads' waits"
+    """
+    if device != "cpu":
+        return f"device {device}: CPU time leaves out the device's work"
+    if intra_op_threads is None:
+        return "intra-op threads not recorded"
+    if intra_op_threads != 1:
+        return f"{intra_op_threads} intra-op threads: CPU time adds the threads' waits"
+    return None

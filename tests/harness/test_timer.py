@@ -39,19 +39,22 @@ def test_sync_brackets_every_step() -> None:
     assert log == ["sync", "step", "sync"] * 3
 
 
+class FakeEvent:
+    """A CUDA event stand-in: ``elapsed_time`` is the difference of two ticks."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def record(self):
+        pass
+
+    def elapsed_time(self, end):
+        return end.t - self.t
+
+
 def test_event_pairs_give_device_times() -> None:
-    class Event:
-        def __init__(self, t):
-            self.t = t
-
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return end.t - self.t
-
     ticks = iter(range(0, 1000, 3))
-    s = StepTimer(lambda: None, events=lambda: (Event(next(ticks)), Event(next(ticks)))).run(repeat=4, warmup=0)
+    s = StepTimer(lambda: None, events=lambda: (FakeEvent(next(ticks)), FakeEvent(next(ticks)))).run(repeat=4, warmup=0)
     assert s.device_ms == (3.0, 3.0, 3.0, 3.0) and len(s.wall_ns) == 4
 
 
@@ -133,17 +136,7 @@ def test_time_until_keeps_the_cpu_series_as_time_does() -> None:
 
 
 def test_time_until_with_events_gives_device_times() -> None:
-    class Event:
-        def __init__(self, t):
-            self.t = t
-
-        def record(self):
-            pass
-
-        def elapsed_time(self, end):
-            return end.t - self.t
-
     ticks = iter(range(0, 1000, 2))
-    timer = StepTimer(lambda: None, events=lambda: (Event(next(ticks)), Event(next(ticks))))
+    timer = StepTimer(lambda: None, events=lambda: (FakeEvent(next(ticks)), FakeEvent(next(ticks))))
     s = timer.time_until(lambda n: True, lambda ms: len(ms) == 3, max_repeat=10)
     assert s.device_ms == (2.0, 2.0, 2.0) and len(s.wall_ns) == 3 and s.cpu_ns is None

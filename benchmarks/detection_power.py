@@ -15,6 +15,10 @@ it reaches. Then it runs procedures end to end with the CLI:
   options; ``--trials`` independent pairs per plant, alternating which night runs first, every
   trial's per-configuration verdict kept in ``WORKDIR/nightly-report.json``, and the rates with
   exact 95% bounds printed (``power_rates``; ``--analyse-only`` prints them again);
+* ``ab`` (``power_ab``): same-session interleaved A/B rounds as rates: ``--rounds`` k runs of
+  each build, alternating, ``--repeat`` steps each, one ``compare`` on CPU time with the
+  nightly's threshold, alpha and correction; ``--trials`` per plant, round-robin, every verdict
+  kept in ``WORKDIR/ab-report.json``, the same tables printed;
 * ``single+confirm`` and ``rounds``: the first, one-trial study (one ``run`` a side +
   ``compare --confirm``; ``k`` interleaved runs of ``--repeat`` steps).
 
@@ -34,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from power_ab import REPORT as AB_REPORT
+from power_ab import ABProcedure, run_ab_trial
 from power_nightly import read_workflow, run_trials
 from power_plant import HOOK, PLANTED_LAYERS, calibrate
 from power_rates import outcomes, print_calibration, print_rejudged, print_tables
@@ -224,10 +230,10 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--procedures",
         nargs="*",
-        choices=["nightly", "single+confirm", "rounds"],
+        choices=["nightly", "ab", "single+confirm", "rounds"],
         default=["nightly"],
-        help="nightly: the workflow's two nights and compare, --trials times (the others: the one-trial "
-        "study); none with --calibrate: calibrate only",
+        help="nightly: the workflow's two nights and compare, --trials times; ab: same-session interleaved "
+        "rounds, --trials times (the others: the one-trial study); none with --calibrate: calibrate only",
     )
     parser.add_argument(
         "--trials",
@@ -261,9 +267,12 @@ def _parse_args() -> argparse.Namespace:
         default=None,
         help="with --analyse-only: speed_monitor.py output recorded beside the trials; re-judge on CPU time / sentinel",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="k of the rounds procedure")
-    parser.add_argument("--repeat", type=int, default=10, help="--repeat of the single+confirm and rounds procedures")
-    parser.add_argument("--mode", default="eval", help="--mode of the single+confirm and rounds procedures")
+    parser.add_argument("--rounds", type=int, default=3, help="k of the rounds and ab procedures")
+    parser.add_argument("--warmup", type=int, default=3, help="--warmup of the ab procedure's runs")
+    parser.add_argument(
+        "--repeat", type=int, default=10, help="--repeat of the single+confirm, rounds and ab procedures"
+    )
+    parser.add_argument("--mode", default="eval", help="--mode of the single+confirm, rounds and ab procedures")
     parser.add_argument("--workdir", default="detection-power")
     parser.add_argument(
         "--analyse-only",
@@ -301,7 +310,10 @@ def main() -> None:
                     flags = rejudge_with_sentinel(report, work, sentinel, variant)
                     title = f"re-judged on CPU time / the speed sentinel ({variant})"
                     print_rejudged(title, outcomes(report, cal), flags)
-        if set(args.procedures) - {"nightly"}:
+        if "ab" in args.procedures and (work / AB_REPORT).exists():
+            cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
+            print_tables(json.loads((work / AB_REPORT).read_text()), cal)
+        if set(args.procedures) - {"nightly", "ab"}:
             reanalyse(work, args.plants, args.rounds, set(args.affected))
         return
     bench = Bench(work, args.models, args.repeat, args.mode, args.affected)
@@ -317,7 +329,13 @@ def main() -> None:
         run_trials(bench, work, args.plants, args.trials, proc, confirm=args.confirm)
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
         print_tables(json.loads(report_path.read_text()), cal)
-    others = [p for p in args.procedures if p != "nightly"]
+    if "ab" in args.procedures:
+        _become_subreaper()
+        proc = ABProcedure(rounds=args.rounds, repeat=args.repeat, warmup=args.warmup, mode=args.mode)
+        run_trials(bench, work, args.plants, args.trials, proc, measure=run_ab_trial, report_name=AB_REPORT)
+        cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
+        print_tables(json.loads((work / AB_REPORT).read_text()), cal)
+    others = [p for p in args.procedures if p not in ("nightly", "ab")]
     if others:
         one_trial_study(bench, args, others)
 

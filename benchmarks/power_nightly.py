@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,14 +236,25 @@ def schedule(plants: list[float], trials: list[int]) -> list[tuple[float, int]]:
 
 
 def run_trials(
-    bench: Any, work: Path, plants: list[float], trials: list[int], proc: NightlyProcedure, confirm: bool = False
+    bench: Any,
+    work: Path,
+    plants: list[float],
+    trials: list[int],
+    proc: Any,
+    confirm: bool = False,
+    *,
+    measure: Callable[..., dict[str, Any]] = run_trial,
+    report_name: str = "nightly-report.json",
 ) -> Path:
-    """Every scheduled trial not yet in ``work/nightly-report.json``; the report is rewritten after each.
+    """Every scheduled trial not yet in ``work/REPORT_NAME``; the report is rewritten after each, so a stop
+    loses at most the trial in progress and a rerun resumes.
 
-    With ``confirm``, every trial of the report without a confirmation (new or already measured)
-    also gets one (:func:`confirm_trial`), recorded under ``"confirm"``.
+    ``measure(bench, proc, tdir, plant, base_first)`` measures one trial (default: the nightly's two
+    nights, :func:`run_trial`; ``power_ab.run_ab_trial``: same-session interleaved rounds). With
+    ``confirm``, every trial of the report without a confirmation (new or already measured) also
+    gets one (:func:`confirm_trial`), recorded under ``"confirm"``.
     """
-    path = work / "nightly-report.json"
+    path = work / report_name
     report = json.loads(path.read_text()) if path.exists() else {}
     report.setdefault("procedure", {**proc.__dict__, "compare_args": list(proc.compare_args), "size": "smoke"})
     report.setdefault("models", bench.models)
@@ -264,7 +276,7 @@ def run_trials(
         if (plant, index) in done:
             continue
         tdir = work / f"trial-{plant}-{index:02d}"
-        record = run_trial(bench, proc, tdir, plant, base_first=index % 2 == 0)
+        record = measure(bench, proc, tdir, plant, base_first=index % 2 == 0)
         record["index"] = index
         if confirm:
             record["confirm"] = confirm_trial(bench, proc, tdir, plant)

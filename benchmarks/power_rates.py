@@ -144,11 +144,12 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
     rows = outcomes(report, cal)
     plants = sorted({t["plant"] for t in report["trials"]})
     proc = report["procedure"]
+    name = proc.get("name", "nightly procedure")  # power_ab's trials name theirs
     print(
-        f"\nnightly procedure: rounds {proc['rounds']}, repeat {proc['repeat']}, warmup {proc['warmup']}, "
+        f"\n{name}: rounds {proc['rounds']}, repeat {proc['repeat']}, warmup {proc['warmup']}, "
         f"{proc['size']} size, compare {' '.join(proc['compare_args'])}; {len(report['models'])} models"
     )
-    print("\n| scenario | trials | nights flagged (compare exit 1 or 3) | CPU s per trial | wall s per trial | load |")
+    print("\n| scenario | trials | trials flagged (compare exit 1 or 3) | CPU s per trial | wall s per trial | load |")
     print("|---|---:|---:|---|---|---|")
     for plant in plants:
         trials = [t for t in report["trials"] if t["plant"] == plant]
@@ -171,7 +172,7 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
     improvements = sum(r["verdict"] == "improvement" for r in aa)
     print(rate_row("A/A: false improvements (time)", improvements, len(aa), bound="upper"))
     print(rate_row("A/A: memory flags", sum(r["memory_flag"] for r in aa), len(aa), bound="upper"))
-    for plant in plants[1:]:
+    for plant in [p for p in plants if p > 0]:
         mine = [r for r in rows if r["plant"] == plant]
         ctl = [r for r in mine if r["class"] == "unaffected"]
         print(

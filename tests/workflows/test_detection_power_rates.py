@@ -112,3 +112,57 @@ def test_rate_rows_carry_the_exact_bound() -> None:
     assert power_rates.rate_row("A/A", 0, 300, bound="upper") == "| A/A | 300 | 0 | 0.0% | upper 1.0% |"
     assert power_rates.rate_row("hit", 30, 30, bound="lower") == "| hit | 30 | 30 | 100.0% | lower 90.5% |"
     assert power_rates.rate_row("none", 0, 0, bound="upper") == "| none | 0 | - | - | - |"
+
+
+power_ab = _load("power_ab")
+
+
+def test_the_ab_procedure_judges_with_the_nightlys_options_on_cpu_time() -> None:
+    nightly, ab = power_nightly.read_workflow(), power_ab.ABProcedure(rounds=8, repeat=10, warmup=3)
+    for name in ("--threshold", "--alpha", "--correction"):
+        assert ab.option(name) == nightly.option(name)
+    assert ab.option("--time-signal") == "cpu" and ab.env == nightly.env
+    args = ab.run_args()
+    assert args[args.index("--rounds") + 1] == "1" and args[args.index("--threads") + 1] == "1"
+    assert args[args.index("--mode") + 1] == "eval" and args[args.index("--size") + 1] == "smoke"
+
+
+class _FakeBench:
+    models = ["resnet18", "dlrm"]
+
+    def env(self, plant: float) -> dict[str, str]:
+        return {"PLANT": str(plant)}
+
+
+def test_an_ab_trial_alternates_the_builds_and_compares_every_run_of_each_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    calls = []
+
+    def fake_cli(args: list[str], env: dict[str, str]) -> dict:
+        calls.append((args[0], env["PLANT"], env["OMP_NUM_THREADS"]))
+        if args[0] == "run":
+            out = Path(args[args.index("--output") + 1])
+            out.write_text(json.dumps({"env": {}, "runs": [{"model": "resnet18", "tag": out.stem}]}))
+        return {"exit": 0, "wall_s": 1.0, "cpu_s": 1.0, "load_start": [0.0], "load_end": [0.0]}
+
+    monkeypatch.setattr(power_ab, "cli", fake_cli)
+    proc = power_ab.ABProcedure(rounds=3, repeat=10, warmup=3)
+    record = power_ab.run_ab_trial(_FakeBench(), proc, tmp_path, 0.1, base_first=False)
+    runs = [(c[0], c[1]) for c in calls]
+    # candidate first in round 0 (base_first=False), then the order alternates; one compare at the end
+    assert runs == [("run", "0.1"), ("run", "0.0"), ("run", "0.0"), ("run", "0.1"), ("run", "0.1")] + [
+        ("run", "0.0"),
+        ("compare", "0.0"),
+    ]
+    assert all(c[2] == "1" for c in calls)  # one intra-op thread, as the nightly's CPU shards
+    assert list(record["nights"]) == [
+        f"{s}-{k}"
+        for k, pair in enumerate([("candidate", "base"), ("base", "candidate"), ("candidate", "base")])
+        for s in pair
+    ]
+    merged = json.loads((tmp_path / "base.json").read_text())
+    assert [r["tag"] for r in merged["runs"]] == ["base-0", "base-1", "base-2"]
+    assert record["wall_s"] == 7.0 and record["configs"] == {}  # no compare output: no verdicts

@@ -18,12 +18,11 @@ and rewrites the report after each one.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from power_nightly import _children_cpu, _load, cli, verdicts
+from power_nightly import cli, trial_header, trial_start, verdicts
 
 REPORT = "ab-report.json"
 # The nightly's compare options (.github/workflows/nightly.yml), judged on per-step CPU time.
@@ -73,7 +72,7 @@ def merge(paths: list[Path], out: Path) -> Path:
 def run_ab_trial(bench: Any, proc: ABProcedure, tdir: Path, plant: float, base_first: bool) -> dict[str, Any]:
     """``proc.rounds`` interleaved rounds of both builds and one compare; the trial's record."""
     tdir.mkdir(parents=True, exist_ok=True)
-    started, load0, cpu0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), _children_cpu()
+    started = trial_start()
     runs: dict[str, dict[str, Any]] = {}
     files: dict[str, list[Path]] = {"base": [], "candidate": []}
     for k in range(proc.rounds):
@@ -93,12 +92,7 @@ def run_ab_trial(bench: Any, proc: ABProcedure, tdir: Path, plant: float, base_f
         {**bench.env(0.0), **proc.env},
     )
     record = {
-        "plant": plant,
-        "first": "base" if base_first else "candidate",
-        "started_utc": started,
-        "load_start": load0,
-        "load_end": _load(),
-        "cpu_s": round(_children_cpu() - cpu0, 1),
+        **trial_header(started, plant, base_first),
         "wall_s": round(sum(r["wall_s"] for r in runs.values()) + compare["wall_s"], 1),
         "nights": runs,  # every run of the trial, under the nightly record's key (power_rates reads it)
         "compare": compare,

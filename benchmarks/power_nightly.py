@@ -85,6 +85,25 @@ def _load() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def trial_start() -> tuple[str, list[float], float]:
+    """When a trial starts: (UTC time, load averages, the children's CPU seconds so far)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), _children_cpu()
+
+
+def trial_header(started: tuple[str, list[float], float], plant: float, base_first: bool) -> dict[str, Any]:
+    """The fields every trial record starts with (power_rates reads them): the plant, which side
+    ran first, the start time, the load at start and end, and the CPU time the trial cost."""
+    utc, load0, cpu0 = started
+    return {
+        "plant": plant,
+        "first": "base" if base_first else "candidate",
+        "started_utc": utc,
+        "load_start": load0,
+        "load_end": _load(),
+        "cpu_s": round(_children_cpu() - cpu0, 1),
+    }
+
+
 def cli(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     """``python -m torchgauge.cli ARGS``: exit code, wall and CPU seconds (workers too), stderr tail."""
     load0, cpu0, t0 = _load(), _children_cpu(), time.perf_counter()
@@ -113,7 +132,7 @@ def run_trial(bench: Any, proc: NightlyProcedure, tdir: Path, plant: float, base
     tdir.mkdir(parents=True, exist_ok=True)
     files = {"base": tdir / "base.json", "candidate": tdir / "candidate.json"}
     nights: dict[str, dict[str, Any]] = {}
-    started, load0, cpu0 = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), _load(), _children_cpu()
+    started = trial_start()
     for side in ("base", "candidate") if base_first else ("candidate", "base"):
         nights[side] = night(bench, files[side], plant if side == "candidate" else 0.0, proc)
     db = tdir / "history.sqlite"
@@ -128,12 +147,7 @@ def run_trial(bench: Any, proc: NightlyProcedure, tdir: Path, plant: float, base
         env,
     )
     record = {
-        "plant": plant,
-        "first": "base" if base_first else "candidate",
-        "started_utc": started,
-        "load_start": load0,
-        "load_end": _load(),
-        "cpu_s": round(_children_cpu() - cpu0, 1),
+        **trial_header(started, plant, base_first),
         "nights": nights,
         "imports": [i["exit"] for i in imports],
         "compare": compare,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import click
@@ -42,8 +43,9 @@ def _torchgauge_calls(script: str) -> list[list[str]]:
 
 def test_workflow_is_valid_yaml_with_the_expected_jobs() -> None:
     doc = yaml.safe_load(WORKFLOW.read_text())
-    assert set(doc["jobs"]) == {"cpu", "gpu", "compare"}
-    assert doc["jobs"]["compare"]["needs"] == ["cpu", "gpu"]
+    assert set(doc["jobs"]) == {"cpu", "cpu-instructions", "gpu", "compare"}
+    assert doc["jobs"]["compare"]["needs"] == ["cpu", "cpu-instructions", "gpu"]
+    assert doc["jobs"]["compare"]["strategy"]["matrix"]["kind"] == ["cpu", "cpu-instructions", "cuda"]
     scripts = "\n".join(_run_scripts(doc))
     assert "gh issue create" in scripts and "--pre torch" in scripts and "--shard" in scripts
 
@@ -66,14 +68,18 @@ def test_cpu_shards_run_enough_interleaved_rounds_for_the_suite() -> None:
 
 
 def test_cpu_shards_collect_the_noise_free_signals() -> None:
-    """Besides time and the process peak, every deterministic metric the registry knows except
-    instructions (valgrind: minutes per model), each of which compare judges by its threshold."""
+    """Besides time and the process peak, every deterministic metric the registry knows: instructions
+    in their own job (smoke size, valgrind), the others in the timed shards; compare judges each by
+    its threshold."""
     from torchgauge.harness.metrics import TIMED_PASS_METRICS, collected_once, list_metrics
 
-    metrics = yaml.safe_load(WORKFLOW.read_text())["env"]["CPU_METRICS"].split(",")
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    metrics = doc["env"]["CPU_METRICS"].split(",")
     assert set(TIMED_PASS_METRICS) <= set(metrics)
     assert {m for m in list_metrics() if collected_once(m)} - set(metrics) == {"instructions"}
     assert {"tensor_memory", "op_counts", "flops"} <= set(metrics)
+    counting = next(s["run"] for s in doc["jobs"]["cpu-instructions"]["steps"] if s.get("name") == "Count instructions")
+    assert "--size smoke" in counting and "--metrics instructions" in counting and "--mode both" in counting
 
 
 def test_workflow_calls_only_existing_commands_and_options() -> None:
@@ -121,6 +127,7 @@ def _shims(bin_dir: Path, log: Path) -> None:
             f'exec "{sys.executable}" "$@"\n'
         ),
         "gh": f'#!/bin/sh\n{{ printf "gh"; for a in "$@"; do printf "\\t%s" "$a"; done; echo; }} >> "{log}"\n',
+        "sudo": f'#!/bin/sh\necho "sudo $*" >> "{log}"\n',  # apt-get: the machine's own valgrind, or none
     }
     for name, text in scripts.items():
         path = bin_dir / name
@@ -213,9 +220,11 @@ class _Workflow:
             self.executed.add((name, step.get("name", step["run"][:40])))
             cuda_check = "torch.cuda.is_available()" in script and not torch.cuda.is_available()
             cuda_run = "--device cuda" in script and not torch.cuda.is_available()
+            counting_without_valgrind = "--metrics instructions" in script and shutil.which("valgrind") is None
             if cuda_check:  # the GPU job's install check must fail on exactly that assertion here
                 assert proc.returncode != 0 and "AssertionError" in proc.stderr, proc.stderr
-            elif cuda_run and proc.returncode != 0:  # a GPU shard on a machine without one fails (run exits 4)
+            elif (cuda_run or counting_without_valgrind) and proc.returncode != 0:
+                # a GPU shard on a machine without one, or counting without valgrind: nothing measured (exit 4)
                 assert "no run was measured" in proc.stderr and "(exit 4)" in proc.stderr, proc.stderr
             else:
                 assert proc.returncode == 0, (
@@ -264,7 +273,7 @@ def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
     results = flow.workspace / "results"
     planted = (0, 0)
     for night in range(2):  # the first night stores a run, the second compares with it
-        for job in ("cpu", "gpu"):
+        for job in ("cpu", "cpu-instructions", "gpu"):
             for shard in doc["jobs"][job]["strategy"]["matrix"]["shard"]:
                 flow.run_job(job, {"shard": shard})
         if night == 1:  # last night's build dispatched fewer operators: tonight's count is a regression
@@ -313,5 +322,17 @@ def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
         (name, s.get("name", s["run"][:40])) for name, job in doc["jobs"].items() for s in job["steps"] if "run" in s
     }
     assert flow.executed == all_steps
+    # instruction counts: two nights of the same build agree within the 2% threshold, so no issue opens
+    assert any(line.startswith("sudo apt-get install -y -q valgrind") for line in flow.log.read_text().splitlines())
+    if shutil.which("valgrind") is not None:
+        counted = json.loads((results / "cpu-instructions-merged.json").read_text())["runs"]
+        assert {(r["model"], r["mode"], r["status"]) for r in counted} == {
+            ("dagmm_kdd", "train", "ok"),
+            ("dagmm_kdd", "eval", "ok"),
+        }
+        assert all(r["metrics"]["instructions"]["per_step"] > 0 for r in counted)
+        assert compare_outputs["cpu-instructions"]["compare"] == {"exit": "0"}
+        compared = json.loads((results / "cpu-instructions-compare.json").read_text())
+        assert compared["regressions"] == [] and compared["inconclusive"] == []
     calls = flow.log.read_text().splitlines()
     assert any("--pre torch" in line for line in calls if line.startswith("pip"))

@@ -2,24 +2,29 @@
 
 Instruction counts hardly move with machine load, so a noisy CI runner can gate on them
 with a plain threshold (``stats/deterministic.py``; issue 9, item 5). The price is speed:
-under callgrind a step runs 50-100x slower, and starting Python + torch under callgrind
-alone costs about 100 s of CPU (measured on torch 2.13; minutes of wall time on a loaded
-2-core machine). Use it for a subset of models and for bisection, not for the whole suite,
-and raise the runner's ``--timeout`` accordingly.
+under callgrind a step runs 50-100x slower, so at full size use it for a subset of models
+and for bisection, and raise the runner's ``--timeout`` accordingly; at smoke size a whole
+suite is affordable (the nightly's ``cpu-instructions`` job).
 
-How it runs (the same technique as ``torch.utils.benchmark.Timer.collect_callgrind``, which
-cannot take a built workload): the current process cannot be put under valgrind, so a fresh
-Python is started as ``valgrind --tool=callgrind --collect-atstart=no python -c ...``. It
-rebuilds the same workload from the run's :class:`RunConfig` (same registry, seed, shapes,
-precision and backend), runs ``config.warmup`` untraced steps, then for each requested
-step count toggles collection on around exactly those steps and dumps the counter
-(``torch._C._valgrind_toggle_and_dump_stats``). The totals are the ``Ir`` events of each
-dump. With ``callgrind_control`` on PATH (it ships with valgrind) the child also starts
-uninstrumented (``--instr-atstart=no``) and switches instrumentation on only before the
-counted steps: start-up, import, build and warm-up then cost 3-4x less CPU (22 s instead of
-64 s of user time for ``import torch`` and a matmul, load average ~20 on 2 cores). The child runs with one intra-op
-thread and a fixed ``PYTHONHASHSEED``: worker threads spin-wait a variable number of instructions, which would make
-the count noisy.
+How it runs (the technique of ``torch.utils.benchmark.Timer.collect_callgrind``, which
+cannot take a built workload): the current process cannot be put under valgrind, so the
+configuration is rebuilt from its :class:`RunConfig` (same registry, seed, shapes, precision
+and backend) in a process under valgrind: it runs ``config.warmup`` untraced steps, then for each
+requested step count toggles collection on around exactly those steps and dumps the counter
+(``torch._C._valgrind_toggle_and_dump_stats``). The totals are the ``Ir`` events of each dump.
+On x86-64 Linux that process is a child forked from a callgrind host
+(:mod:`~torchgauge.harness.callgrind_host`): valgrind starts uninstrumented, imports Python,
+torch and torchgauge once, and each child switches instrumentation on for itself (a client
+request) only before its counted steps. A suite run shares one host between all its
+configurations (the runner starts it); a lone call starts its own. Measured (smoke eval,
+load ~1-2, 2026-11-28): dlrm 7-9 s and resnet18 12-17 s per configuration in a shared host,
+against 44 s and 52 s when each started Python and torch under valgrind itself; the host's
+start, ~30 s, once per run. Elsewhere the child is a fresh ``valgrind python`` that switches
+instrumentation on through ``callgrind_control -i on``. Either way the child runs one
+intra-op thread and a fixed ``PYTHONHASHSEED``: worker threads spin-wait a variable number
+of instructions, which would make the count noisy. The two kinds of process give slightly
+different counts for the same work (resnet18 eval at smoke: 14.19M in host children, 14.00M
+in a fresh child): the record says which (``process``); compare counts of one kind.
 
 Measured on torch 2.13 (2-core shared machine, valgrind 3.19): resnet18 eval at smoke size,
 3 counted steps, 47.10M and 47.18M instructions per step in two fresh processes (0.15%
@@ -42,11 +47,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..stats.deterministic import INSTRUCTIONS_SPREAD, INSTRUCTIONS_THRESHOLD
+from .callgrind_host import HOST_ENV, CallgrindHost, host_supported, request_count
 from .metrics import Quantity, register_metric
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -140,7 +146,7 @@ def _model_file_of(model: str) -> str | None:
     return None
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED=_CHILD_HASH_SEED)
     package_root = str(Path(__file__).resolve().parents[2])  # .../src, parent of torchgauge/
@@ -184,6 +190,15 @@ def count_instructions(
         "steps": list(steps),
         "model_file": _model_file_of(config.model),
     }
+    if host_supported():  # counted in a child forked from a callgrind host: the run's, or our own
+        host = os.environ.get(HOST_ENV)
+        if host:
+            try:
+                return request_count(host, request, timeout_s)
+            except ConnectionError as exc:
+                print(f"instructions: {exc}; starting a callgrind host for this run", file=sys.stderr)
+        with CallgrindHost(valgrind, child_env(), timeout_s) as own:
+            return request_count(own.address, request, timeout_s)
     with tempfile.TemporaryDirectory(prefix="torchgauge-callgrind-") as tmp:
         out_file = os.path.join(tmp, "callgrind.out")
         request_file = os.path.join(tmp, "request.json")
@@ -195,7 +210,7 @@ def count_instructions(
             Path(request_file).write_text(json.dumps(request))
         cmd = callgrind_command(valgrind, out_file, sys.executable, child, instrument_at_start=control is None)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_child_env())
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env())
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"instructions: valgrind child did not finish within {timeout_s:.0f} s") from None
         if proc.returncode != 0:
@@ -206,14 +221,25 @@ def count_instructions(
 
 
 def _child_main() -> None:
-    """Entry point of the valgrind child: rebuild, warm up, count each measurement."""
+    """Entry point of the standalone valgrind child: count the request in this process."""
+    request = json.loads(Path(sys.argv[1]).read_text())
+    control = request.get("callgrind_control")
+    count_steps(request, (lambda: _instrumentation_on(control)) if control else None)
+
+
+def count_steps(request: dict[str, Any], instrumentation_on: Callable[[], object] | None) -> None:
+    """Rebuild, warm up and count each measurement of ``request`` in this (valgrind) process.
+
+    Shared by the standalone child and the callgrind host's children: ``instrumentation_on``
+    switches callgrind's instrumentation on right before the counted steps (None: it is on).
+    Each measurement is dumped (``<out>.1``, ``<out>.2``, ... in order).
+    """
     import torch
 
     from ..configure import apply_config, build_workload
     from ..registry import load_model_file
     from ..results.schema import RunRecord
 
-    request = json.loads(Path(sys.argv[1]).read_text())
     if request["model_file"]:
         load_model_file(request["model_file"])
     config = RunRecord.from_dict(request["run"]).config
@@ -221,8 +247,8 @@ def _child_main() -> None:
     workload = apply_config(build_workload(config), config)
     for _ in range(max(config.warmup, 1)):
         workload.step()
-    if request.get("callgrind_control"):
-        _instrumentation_on(request["callgrind_control"])
+    if instrumentation_on is not None:
+        instrumentation_on()
     for n in request["steps"]:
         torch._C._valgrind_toggle()
         for _ in range(n):
@@ -277,4 +303,6 @@ def collect_instructions(workload: Workload, config: RunConfig, measured: dict[s
     n = instruction_steps(config.options)
     (total,) = count_instructions(config, (n,))
     record = {"per_step": round(total / n), "steps": n, "total": total, "tool": "callgrind", "threads": 1}
+    # Counts from the two kinds of process differ by up to ~1.4% (resnet18 eval): say which.
+    record["process"] = "forked from a callgrind host" if host_supported() else "fresh valgrind child"
     return {"instructions": record}

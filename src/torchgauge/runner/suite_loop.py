@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import math
 import multiprocessing as mp
 import os
+import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..results.schema import RunConfig, RunRecord
@@ -148,6 +150,7 @@ def run_suite(
         with (
             tempfile.TemporaryDirectory(prefix="torchgauge-") as tmp,
             contextlib.nullcontext() if options.isolate else threads_in_this_process(options),
+            _instruction_counter(configs, options) as options,
         ):
             log_dir = Path(options.log_dir or tmp)
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +197,32 @@ def run_suite(
             worker._kill()
         raise
     return [done[i] for i in sorted(done)]
+
+
+@contextlib.contextmanager
+def _instruction_counter(configs: Sequence[RunConfig], options: RunnerOptions) -> Iterator[RunnerOptions]:
+    """Isolated runs that count instructions share one callgrind host (its start-up paid once).
+
+    Yields ``options`` with the host's socket in the workers' environment; unchanged when no
+    configuration counts on the CPU, the platform has no host, or it fails to start (each
+    worker then starts its own valgrind child, as the metric does without a host).
+    """
+    from ..harness.callgrind_host import HOST_ENV, CallgrindHost, host_supported
+
+    wanted = [c for c in configs if "instructions" in c.metrics and c.device.split(":")[0] == "cpu"]
+    if not (options.isolate and wanted and host_supported()) or shutil.which("valgrind") is None:
+        yield options
+        return
+    from ..harness.instructions import child_env, find_valgrind
+
+    try:
+        host = CallgrindHost(find_valgrind(), child_env())
+    except Exception as exc:  # no valgrind client requests in this torch, a host that died at start
+        warnings.warn(f"instructions: no shared callgrind host ({exc}); each run starts its own", stacklevel=2)
+        yield options
+        return
+    with host:
+        yield dataclasses.replace(options, worker_env=(*options.worker_env, (HOST_ENV, host.address)))
 
 
 def _report(callback: Callable, arg: object, what: str) -> None:

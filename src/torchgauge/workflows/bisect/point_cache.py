@@ -23,7 +23,7 @@ from .spec import MeasureSpec
 
 __all__ = ["CACHE_VERSION", "PointStore", "default_cache_dir", "resolve_cache_dir"]
 
-CACHE_VERSION = 2  # 2: thread settings in the key (issue 17)
+CACHE_VERSION = 3  # 2: thread settings in the key (issue 17); 3: instructions counted in callgrind-host children
 
 
 def default_cache_dir() -> Path:

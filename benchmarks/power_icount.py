@@ -13,12 +13,15 @@ Calibration (``--calibrate``; every step resumes from its file in ``WORKDIR/icou
    planted calls per step (``power_plant.survey_work_plant``); keys shared by two configurations
    are named (they would get one size);
 2. ``stock``: one ``torchgauge run --metrics instructions`` of every configuration, stock;
-3. ``unit``: the same with a loop of U iterations per planted call, U sized to add about
-   ``UNIT_CHANGE`` of the stock step: the slope (instructions per step per iteration) is
-   ``(unit - stock) / U``, measured, not assumed;
-4. ``plant-P`` for each plant: the loop sized to ``P * stock / slope``; the change callgrind then
-   measures (not the nominal P) is each configuration's ``change[P]``, the effective change
-   ``power_rates`` scores against; its difference from the slope's prediction checks linearity.
+3. ``zero``: the same with the hook and loops of 0 iterations: what the hook alone adds (the
+   planting subclass's call of every nested module with a Conv2d: 1% of resnet18's eval step),
+   and for the unaffected models nothing beyond the counts' process-to-process wobble;
+4. ``unit``: loops of U iterations per planted call, U sized to add about ``UNIT_CHANGE`` of the
+   stock step: the slope (instructions per step per iteration) is ``(unit - zero) / U``, measured;
+5. ``plant-P`` for each plant: the loop sized to ``((1 + P) * stock - zero) / slope``; the change
+   callgrind then measures (not the nominal P) is each configuration's ``change[P]``, the
+   effective change ``power_rates`` scores against; its difference from the prediction of the
+   line through ``zero`` and ``unit`` checks linearity.
 
 A trial: a base ``torchgauge run MODELS --mode both --metrics instructions`` (stock), a
 candidate run (planted with the calibrated sizes, or stock again for A/A), one ``compare BASE
@@ -53,10 +56,11 @@ UNAFFECTED = [
     "patchtst42_weather",
 ]  # fmt: skip
 # The unit loop adds about this fraction of the stock step: far above the counts' process-to-process
-# wobble (0.15-0.2%), so the slope is measured to a few percent of itself.
-UNIT_CHANGE = 0.05
-# Instructions per loop iteration assumed only to size the unit loop; the slope is then measured.
-ITERATION_GUESS = 30
+# wobble (0.1-0.35% measured with and without the hook), so the slope is measured to ~1-2% of itself.
+UNIT_CHANGE = 0.25
+# Instructions per loop iteration assumed only to size the unit loop (measured 196-212 on CPython
+# 3.11 under callgrind, 2026-11-28); the slope is then measured per configuration.
+ITERATION_GUESS = 200
 
 
 @dataclass(frozen=True)
@@ -116,9 +120,11 @@ def slope(stock: float, unit_count: float, unit: int) -> float:
     return (unit_count - stock) / unit
 
 
-def plant_iterations(stock: float, per_iteration: float, plant: float) -> int:
-    """Loop iterations per planted call for a step of ``1 + plant`` times ``stock`` instructions."""
-    return max(0, round(plant * stock / per_iteration))
+def plant_iterations(stock: float, per_iteration: float, plant: float, zero: float | None = None) -> int:
+    """Loop iterations per planted call for a step of ``1 + plant`` times ``stock`` instructions, from
+    the step's count with the hook and no loop (``zero``; default ``stock``: a hook that costs nothing)."""
+    zero = stock if zero is None else zero
+    return max(0, round(((1 + plant) * stock - zero) / per_iteration))
 
 
 def relative_change(base: float, new: float) -> float:
@@ -185,26 +191,34 @@ def calibrate(bench: Any, proc: IcountProcedure, work: Path, plants: list[float]
     rows = json.loads(survey_file.read_text())
     for key, configs in key_collisions(rows).items():
         print(f"warning: planted module key {key} is shared by {', '.join(configs)}: they get one loop size")
-    costs: dict[str, Any] = {}
+    previous = work / CALIBRATION
+    costs: dict[str, Any] = json.loads(previous.read_text()).get("_runs", {}) if previous.exists() else {}
 
     def measured(name: str, sizes: dict[str, int] | None) -> dict[str, int]:
-        path = cdir / f"{name}.json"
-        if not path.exists():
+        """Counts of one run with these loop iterations per configuration (None: stock, no hook); its
+        file is reused only if it was measured with the same sizes."""
+        path, used = cdir / f"{name}.json", cdir / f"{name}.sizes.json"
+        if not path.exists() or not used.exists() or json.loads(used.read_text()) != sizes:
             costs[name] = run_side(bench, proc, path, None if sizes is None else work_map(rows, sizes))
+            used.write_text(json.dumps(sizes))
         return counts(path)
 
     stock = measured("stock", None)
     planted = [c for c, r in rows.items() if r.get("keys") and c in stock]
+    zero = measured("zero", {c: 0 for c in planted})  # the hook without a loop: the intercept
     units = {c: unit_iterations(stock[c], sum(rows[c]["keys"].values())) for c in planted}
     unit = measured("unit", units)
     for c, row in rows.items():
-        row.update(stock=stock.get(c), unit_iterations=units.get(c), unit_count=unit.get(c))
+        row.update(stock=stock.get(c), zero=zero.get(c), unit_iterations=units.get(c), unit_count=unit.get(c))
         row["planted_calls_per_step"] = sum(row.get("keys", {}).values())
-        if c in units and c in unit:
-            row["slope"] = round(slope(stock[c], unit[c], units[c]), 2)
+        if c in zero and stock.get(c):  # what the hook alone does: its wrapper (affected) or nothing
+            row["hook_change"] = round(relative_change(stock[c], zero[c]), 5)
+        if c in units and c in unit and c in zero:
+            row["slope"] = round(slope(zero[c], unit[c], units[c]), 2)
         row.update(iterations={}, count={}, change={}, predicted={})
     for plant in plants:
-        sizes = {c: plant_iterations(stock[c], rows[c]["slope"], plant) for c in planted if "slope" in rows[c]}
+        sized = [c for c in planted if "slope" in rows[c]]
+        sizes = {c: plant_iterations(stock[c], rows[c]["slope"], plant, zero=zero[c]) for c in sized}
         got = measured(f"plant-{plant}", sizes)
         for c, row in rows.items():
             if c in got and stock.get(c):
@@ -212,11 +226,9 @@ def calibrate(bench: Any, proc: IcountProcedure, work: Path, plants: list[float]
                 row["change"][str(plant)] = round(relative_change(stock[c], got[c]), 5)
             if c in sizes:
                 row["iterations"][str(plant)] = sizes[c]
-                row["predicted"][str(plant)] = round(sizes[c] * row["slope"] / stock[c], 5)
-    doc = {**rows, "_runs": costs} if costs else rows
-    previous = work / CALIBRATION
-    if previous.exists() and not costs:  # nothing re-measured: keep the costs recorded before
-        doc = {**rows, "_runs": json.loads(previous.read_text()).get("_runs", {})}
+                predicted = relative_change(stock[c], zero[c] + sizes[c] * row["slope"])
+                row["predicted"][str(plant)] = round(predicted, 5)
+    doc = {**rows, "_runs": costs}
     previous.write_text(json.dumps(doc, indent=1))
     return doc
 
@@ -227,6 +239,13 @@ def plant_sizes(cal: dict[str, dict], plant: float) -> dict[str, int]:
     if not sizes:
         raise SystemExit(f"no calibrated loop size for plant {plant}: run with --calibrate --plants ... {plant}")
     return work_map(cal, sizes)
+
+
+def _calibrated_sizes(cal: dict[str, dict], plant: float) -> dict[str, int] | None:
+    try:
+        return plant_sizes(cal, plant)
+    except SystemExit:
+        return None
 
 
 def run_icount_trial(
@@ -291,6 +310,9 @@ def aa_margins(report: dict[str, Any]) -> dict[str, list[float]]:
 def print_icount_tables(report: dict[str, Any], cal: dict[str, dict]) -> None:
     """power_rates' tables, then the A/A margin against the threshold and the calibration."""
     threshold = _threshold()
+    for t in report["trials"]:  # scored against the calibration: only if the trial used its sizes
+        if t["plant"] and t.get("work") != _calibrated_sizes(cal, t["plant"]):
+            print(f"warning: trial plant={t['plant']} #{t['index']} ran other loop sizes than the calibration's")
     print_tables(report, {k: r for k, r in cal.items() if not k.startswith("_")})
     margins = aa_margins(report)
     if margins:
@@ -313,13 +335,13 @@ def print_calibration(cal: dict[str, dict]) -> None:
     if not rows:
         return
     print(
-        "\n| configuration | planted module (calls/step) | stock instr/step | instr/step per loop iteration | "
-        "per plant: loop iterations per call, change measured (predicted by the slope) |"
+        "\n| configuration | planted module (calls/step) | stock instr/step | hook, no loop | "
+        "instr/step per loop iteration | per plant: loop iterations per call, change measured (predicted) |"
     )
-    print("|---|---|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---|")
     for key, r in rows.items():
         if "error" in r:
-            print(f"| {key} | {r['error'][:80]} | | | |")
+            print(f"| {key} | {r['error'][:80]} | | | | |")
             continue
         keys = ", ".join(f"{k} ({n})" for k, n in r.get("keys", {}).items()) or "none"
         plants = ", ".join(
@@ -328,7 +350,8 @@ def print_calibration(cal: dict[str, dict]) -> None:
             for p, c in r.get("change", {}).items()
         )
         stock = f"{r['stock']:,}" if r.get("stock") else "-"
-        print(f"| {key} | {keys} | {stock} | {r.get('slope', '-')} | {plants} |")
+        hook = f"{r['hook_change']:+.2%}" if "hook_change" in r else "-"
+        print(f"| {key} | {keys} | {stock} | {hook} | {r.get('slope', '-')} | {plants} |")
 
 
 def _threshold() -> float:

@@ -175,9 +175,9 @@ power_plant = _load("power_plant")
 
 
 def test_the_plant_is_sized_from_the_measured_slope() -> None:
-    # the unit loop aims at 5% of the stock step at a guessed 30 instructions per iteration
-    assert power_icount.unit_iterations(14_000_000, 1) == round(0.05 * 14_000_000 / 30)
-    assert power_icount.unit_iterations(14_000_000, 2) == round(0.05 * 14_000_000 / 60)  # two planted calls a step
+    # the unit loop aims at 25% of the stock step at a guessed 200 instructions per iteration
+    assert power_icount.unit_iterations(14_000_000, 1) == round(0.25 * 14_000_000 / 200)
+    assert power_icount.unit_iterations(14_000_000, 2) == round(0.25 * 14_000_000 / 400)  # two planted calls a step
     assert power_icount.unit_iterations(10_000, 1) == 1000  # never too small to measure
     with pytest.raises(ValueError, match="no unit loop"):
         power_icount.unit_iterations(14_000_000, 0)
@@ -187,6 +187,11 @@ def test_the_plant_is_sized_from_the_measured_slope() -> None:
     n = power_icount.plant_iterations(stock, per_iteration, 0.10)
     assert abs(stock + n * per_iteration - 1.10 * stock) <= per_iteration  # one iteration of rounding
     assert power_icount.plant_iterations(stock, per_iteration, 0.0) == 0
+    # a hook that costs 1% of the step by itself leaves 9% of a 10% plant to the loop
+    zero = 1.01 * stock
+    n = power_icount.plant_iterations(stock, per_iteration, 0.10, zero=zero)
+    assert abs(zero + n * per_iteration - 1.10 * stock) <= per_iteration
+    assert power_icount.plant_iterations(stock, per_iteration, 0.0, zero=zero) == 0  # never negative
     with pytest.raises(ValueError, match="did not add instructions"):
         power_icount.slope(stock, stock, unit)
 
@@ -352,6 +357,7 @@ ICOUNT_CAL = {
     "convnet/eval": {
         "keys": {"ConvNet/1234/eval": 1},
         "stock": 1_000_000,
+        "hook_change": 0.004,
         "slope": 40.0,
         "iterations": {"0.1": 2500},
         "change": {"0.1": 0.1008},
@@ -376,8 +382,9 @@ def test_instruction_counts_are_scored_and_their_aa_margin_reported(capsys: pyte
     assert "max 0.1000%, median 0.0750% (threshold 2%: max is 20x below it)" in out
     assert "base step CPU ms" not in out  # the time procedures' per-configuration table does not apply
     plant_cell = "10%: 2500 it, measured +10.08% (predicted +10.00%)"
-    assert f"| convnet/eval | ConvNet/1234/eval (1) | 1,000,000 | 40.0 | {plant_cell} |" in out
-    assert "| mlp/eval | none | 2,000,000 | - | 10%: 0 it, measured +0.00% |" in out
+    assert f"| convnet/eval | ConvNet/1234/eval (1) | 1,000,000 | +0.40% | 40.0 | {plant_cell} |" in out
+    assert "| mlp/eval | none | 2,000,000 | - | - | 10%: 0 it, measured +0.00% |" in out
+    assert "ran other loop sizes" in out  # the synthetic trials recorded no sizes
 
 
 def test_an_icount_trial_plants_only_the_candidate_with_the_calibrated_sizes(

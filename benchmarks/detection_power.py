@@ -19,11 +19,17 @@ it reaches. Then it runs procedures end to end with the CLI:
   each build, alternating, ``--repeat`` steps each, one ``compare`` on CPU time with the
   nightly's threshold, alpha and correction; ``--trials`` per plant, round-robin, every verdict
   kept in ``WORKDIR/ab-report.json``, the same tables printed;
+* ``instructions`` (``power_icount``): the instruction-count gate, with a plant of a known number
+  of instructions per configuration (``--calibrate`` sizes it under callgrind and records the
+  change it makes); one ``run --metrics instructions`` a side, one ``compare``, as rates in
+  ``WORKDIR/icount-report.json``, with the A/A margin of the counts against the 2% threshold;
 * ``single+confirm`` and ``rounds``: the first, one-trial study (one ``run`` a side +
   ``compare --confirm``; ``k`` interleaved runs of ``--repeat`` steps).
 
     PYTHONPATH=src python benchmarks/detection_power.py --calibrate --workdir /tmp/power
     PYTHONPATH=src python benchmarks/detection_power.py --plants 0 0.10 0.25 --trials 6 5 5 --workdir /tmp/power
+    PYTHONPATH=src python benchmarks/detection_power.py --procedures instructions --calibrate \
+        --plants 0 0.10 0.25 --trials 10 5 5 --workdir /tmp/power-icount
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+import power_icount
 from power_ab import REPORT as AB_REPORT
 from power_ab import ABProcedure, run_ab_trial
 from power_nightly import read_workflow, run_trials
@@ -100,23 +107,8 @@ class Bench:
         return str(path)
 
     def run(self, out: Path, plant: float) -> Path:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torchgauge.cli",
-            "run",
-            *self.models,
-            "--size",
-            "smoke",
-            "--mode",
-            self.mode,
-            "--repeat",
-            str(self.repeat),
-            "--output",
-            str(out),
-            "--quiet",
-            "--no-db",
-        ]
+        cmd = [sys.executable, "-m", "torchgauge.cli", "run", *self.models, "--size", "smoke", "--mode", self.mode]
+        cmd += ["--repeat", str(self.repeat), "--output", str(out), "--quiet", "--no-db"]
         subprocess.run(cmd, env=self.env(plant), capture_output=True, text=True)
         return out
 
@@ -128,23 +120,8 @@ class Bench:
             docs[0]["runs"] = [r for d in docs for r in d["runs"]]
             target.write_text(json.dumps(docs[0]))
             merged.append(str(target))
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torchgauge.cli",
-                "compare",
-                *merged,
-                "--output",
-                str(out),
-                "--quiet",
-                "--allow-inconclusive",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            env=self.env(0),
-        )
+        cmd = [sys.executable, "-m", "torchgauge.cli", "compare", *merged, "--output", str(out), "--quiet"]
+        subprocess.run([*cmd, "--allow-inconclusive", *extra], capture_output=True, text=True, env=self.env(0))
         return json.loads(out.read_text())
 
 
@@ -230,10 +207,11 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--procedures",
         nargs="*",
-        choices=["nightly", "ab", "single+confirm", "rounds"],
+        choices=["nightly", "ab", "instructions", "single+confirm", "rounds"],
         default=["nightly"],
         help="nightly: the workflow's two nights and compare, --trials times; ab: same-session interleaved "
-        "rounds, --trials times (the others: the one-trial study); none with --calibrate: calibrate only",
+        "rounds, --trials times; instructions: the instruction-count gate, --trials times (the others: the "
+        "one-trial study); none with --calibrate: calibrate only",
     )
     parser.add_argument(
         "--trials",
@@ -243,7 +221,7 @@ def _parse_args() -> argparse.Namespace:
         help="nightly trials per plant: one number for all plants, or one per --plants value "
         "(default: 10 A/A, 5 per planted slowdown)",
     )
-    parser.add_argument("--models", nargs="+", default=AFFECTED + UNAFFECTED)
+    parser.add_argument("--models", nargs="+", default=None, help="default: the study's (instructions: quick ones)")
     parser.add_argument(
         "--affected", nargs="+", default=None, help="the --models whose modules contain a Conv2d (default: known ones)"
     )
@@ -280,6 +258,9 @@ def _parse_args() -> argparse.Namespace:
         help="only summarise what --workdir holds (nightly: the rates; the others: re-judge wall vs CPU time)",
     )
     args = parser.parse_args()
+    if args.models is None:
+        icount = args.procedures == ["instructions"]
+        args.models = power_icount.AFFECTED + power_icount.UNAFFECTED if icount else AFFECTED + UNAFFECTED
     unknown = sorted(set(args.affected or []) - set(args.models))
     if unknown:
         parser.error(f"--affected {' '.join(unknown)}: not among --models; accepted: a subset of --models")
@@ -313,11 +294,14 @@ def main() -> None:
         if "ab" in args.procedures and (work / AB_REPORT).exists():
             cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
             print_tables(json.loads((work / AB_REPORT).read_text()), cal)
-        if set(args.procedures) - {"nightly", "ab"}:
+        if "instructions" in args.procedures and (work / power_icount.REPORT).exists():
+            cal = json.loads((work / power_icount.CALIBRATION).read_text())
+            power_icount.print_icount_tables(json.loads((work / power_icount.REPORT).read_text()), cal)
+        if set(args.procedures) - {"nightly", "ab", "instructions"}:
             reanalyse(work, args.plants, args.rounds, set(args.affected))
         return
     bench = Bench(work, args.models, args.repeat, args.mode, args.affected)
-    if args.calibrate:
+    if args.calibrate and args.procedures != ["instructions"]:  # the time plant's; instructions: its own
         cal = bench.calibrate([p for p in args.plants if p > 0], args.calibration_steps)
         cal_path.write_text(json.dumps(cal, indent=1))
         print_calibration(cal, set(args.affected))
@@ -335,7 +319,9 @@ def main() -> None:
         run_trials(bench, work, args.plants, args.trials, proc, measure=run_ab_trial, report_name=AB_REPORT)
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
         print_tables(json.loads((work / AB_REPORT).read_text()), cal)
-    others = [p for p in args.procedures if p not in ("nightly", "ab")]
+    if "instructions" in args.procedures:
+        power_icount.main(bench, work, args.plants, args.trials, args.calibrate, args.night)
+    others = [p for p in args.procedures if p not in ("nightly", "ab", "instructions")]
     if others:
         one_trial_study(bench, args, others)
 

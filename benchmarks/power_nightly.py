@@ -158,8 +158,11 @@ def run_trial(bench: Any, proc: NightlyProcedure, tdir: Path, plant: float, base
     return record
 
 
-def _processes(records: list[dict[str, Any]]) -> dict[str, list]:
-    """Per process (one record each at the nightly's REPEAT 1): CPU and wall step, undisturbed fraction."""
+def _processes(records: list[dict[str, Any]], metric: str = TIME) -> dict[str, list]:
+    """Per process (one record each at the nightly's REPEAT 1): CPU and wall step, undisturbed fraction;
+    for a deterministic count (``metric`` not time), its value per step in each process."""
+    if metric != TIME:
+        return {metric: [(r["metrics"].get(metric) or {}).get("per_step") for r in records]}
     out: dict[str, list] = {"cpu_ms": [], "wall_ms": [], "undisturbed": [], "oversubscribed": 0}
     for r in records:
         t = r["metrics"].get(TIME) or {}
@@ -170,22 +173,26 @@ def _processes(records: list[dict[str, Any]]) -> dict[str, list]:
     return out
 
 
-def verdicts(base: Path, new: Path, compare_json: Path, proc: NightlyProcedure) -> tuple[dict[str, Any], bool]:
-    """Each configuration's time verdict as the CLI gave it, with its change, p-value and per-process data.
+def verdicts(
+    base: Path, new: Path, compare_json: Path, proc: NightlyProcedure, metric: str = TIME
+) -> tuple[dict[str, Any], bool]:
+    """Each configuration's verdict on ``metric`` (default time) as the CLI gave it, with its change,
+    p-value and per-process data (CPU and wall step times; for a count, the count).
 
     The CLI's JSON lists only what it flagged (and counts the unchanged), so the same comparison
     is recomputed in-process on the night files for every configuration's change and p-value;
     ``cli_agrees`` says whether both flagged the same configurations (they should: same rule).
+    ``memory_flag``: a regression on another quantity than ``metric`` and time.
     """
     from torchgauge.compare.regression import compare_results, parse_threshold
     from torchgauge.results.schema import load_results
 
     cli_doc = json.loads(compare_json.read_text())
     flagged = {
-        kind: {(f["model"], f["mode"]) for f in cli_doc[kind] if f["metric"] == TIME}
+        kind: {(f["model"], f["mode"]) for f in cli_doc[kind] if f["metric"] == metric}
         for kind in ("regressions", "improvements", "inconclusive")
     }
-    memory = {(f["model"], f["mode"]) for f in cli_doc["regressions"] if f["metric"] != TIME}
+    memory = {(f["model"], f["mode"]) for f in cli_doc["regressions"] if f["metric"] not in (TIME, metric)}
     b, n = load_results(base), load_results(new)
     cmp = compare_results(
         b,
@@ -195,8 +202,9 @@ def verdicts(base: Path, new: Path, compare_json: Path, proc: NightlyProcedure) 
         correction=proc.option("--correction"),
         time_signal=proc.option("--time-signal"),
     )
-    findings = [f for f in (*cmp.regressions, *cmp.improvements, *cmp.unchanged, *cmp.inconclusive) if f.metric == TIME]
-    mine = {(f.config.model, f.config.mode) for f in cmp.regressions if f.metric == TIME}
+    every = (*cmp.regressions, *cmp.improvements, *cmp.unchanged, *cmp.inconclusive)
+    findings = [f for f in every if f.metric == metric]
+    mine = {(f.config.model, f.config.mode) for f in cmp.regressions if f.metric == metric}
     by_key: dict[tuple[str, str], dict[str, list]] = {}
     for side, doc in (("base", json.loads(base.read_text())), ("new", json.loads(new.read_text()))):
         for r in doc["runs"]:
@@ -213,8 +221,8 @@ def verdicts(base: Path, new: Path, compare_json: Path, proc: NightlyProcedure) 
             "p_value": None if f.p_value is None else float(f"{f.p_value:.3g}"),
             "signal": f.detail.get("signal"),
             "memory_flag": key in memory,
-            "base": _processes(sides.get("base", [])),
-            "new": _processes(sides.get("new", [])),
+            "base": _processes(sides.get("base", []), metric),
+            "new": _processes(sides.get("new", []), metric),
         }
     return configs, mine == flagged["regressions"]
 

@@ -28,8 +28,16 @@ HOOK = textwrap.dedent(
 contains one of the planted layer types (TORCHGAUGE_PLANT_LAYERS) is followed by a busy loop
 that spends PLANT times the call's own process CPU time, so that forward costs 1 + PLANT times
 its CPU time, as slower code would, whatever share of a CPU the process gets. Modules without
-those layers only pass through a Python wrapper of Module.__call__ (its cost: --calibrate)."""
-import os, threading, time, weakref
+those layers only pass through a Python wrapper of Module.__call__ (its cost: --calibrate).
+
+TORCHGAUGE_PLANT_KIND=work plants a known number of instructions instead (power_icount.py):
+every outermost call of a module containing a planted layer is followed by a pure-Python loop
+of TORCHGAUGE_PLANT_WORK[plant_key(module)] iterations (a JSON object; "*" is the default for
+other keys), no torch operation, so operator counts and FLOPs stay as they are, as with a slower
+kernel. Modules are found when the harness sets their mode (Module.train, at build time) and the
+ones containing a planted layer get a subclass whose __call__ plants: modules without those
+layers, and so the unaffected models, run exactly the stock code in their steps."""
+import json, os, threading, time, weakref
 
 PLANT = float(os.environ.get("TORCHGAUGE_PLANT", "0"))
 LAYERS = os.environ.get("TORCHGAUGE_PLANT_LAYERS", "Conv2d")
@@ -85,7 +93,71 @@ def uninstall():
         _original = None
 
 
-if PLANT > 0:
+KIND = os.environ.get("TORCHGAUGE_PLANT_KIND", "time")
+WORK = json.loads(os.environ.get("TORCHGAUGE_PLANT_WORK") or "{}")
+planted_keys = {}  # work plant: plant_key -> outermost calls planted so far
+_depth = 0  # work plant: > 0 inside the call of a planted module
+_iterations = weakref.WeakKeyDictionary()  # module -> (training, loop iterations per call, key)
+_planted_classes = {}  # original class -> its planting subclass
+
+
+def plant_key(module):
+    """What the work plant's sizes are keyed by: computable from the module alone, in any process."""
+    params = sum(p.numel() for p in module.parameters())
+    return f"{type(module).__name__}/{params}/{'train' if module.training else 'eval'}"
+
+
+def spin(iterations):
+    for _ in range(iterations):
+        pass
+
+
+def _work_call(self, *args, **kwargs):
+    global _depth
+    call = super(type(self), self).__call__
+    if _depth:
+        return call(*args, **kwargs)
+    _depth = 1
+    try:
+        out = call(*args, **kwargs)
+    finally:
+        _depth = 0
+    entry = _iterations.get(self)
+    if entry is None or entry[0] != self.training:  # the key once per module and mode, not per call
+        key = plant_key(self)
+        entry = _iterations[self] = (self.training, int(WORK.get(key, WORK.get("*", 0))), key)
+    planted_keys[entry[2]] = planted_keys.get(entry[2], 0) + 1
+    spin(entry[1])
+    return out
+
+
+def install_work(layers=LAYERS):
+    """Plant the work loop into every module (built from now on) that contains a planted layer."""
+    import torch
+
+    if getattr(torch.nn.Module.train, "_planted", False):
+        return
+    types = tuple(getattr(torch.nn, n) for n in layers.split(","))
+    train = torch.nn.Module.train
+
+    def planted_train(self, mode=True):
+        out = train(self, mode)
+        cls = type(self)
+        if cls not in _planted_classes.values() and any(isinstance(m, types) for m in self.modules()):
+            sub = _planted_classes.get(cls)
+            if sub is None:
+                attrs = {"__call__": _work_call, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+                sub = _planted_classes[cls] = type(cls.__name__, (cls,), attrs)
+            self.__class__ = sub
+        return out
+
+    planted_train._planted = True
+    torch.nn.Module.train = planted_train
+
+
+if KIND == "work":
+    install_work()
+elif PLANT > 0:
     install()
 '''
 )
@@ -227,5 +299,57 @@ def _module_calls(w) -> tuple[int, int]:
     return calls, outermost
 
 
+def survey_work_plant(hook: Path, models: list[str], env: dict[str, str]) -> dict[str, dict]:
+    """Which modules the work plant reaches in each configuration (both modes), in one stock process.
+
+    Returns ``{"model/mode": row}``: ``keys`` (each planted module's :func:`plant_key` and its
+    planted calls per step) and ``has_layers``; or ``error`` for a configuration that does not build.
+    No valgrind: the keys and call counts are what a ``torchgauge run`` worker's hook computes.
+    """
+    configs = [[m, mode] for m in models for mode in ("train", "eval")]
+    spec = {"hook": str(hook), "configs": configs, "layers": ",".join(PLANTED_LAYERS), "survey": True}
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(spec)],
+        env={**env, "OMP_NUM_THREADS": "1", "TORCHGAUGE_PLANT_KIND": "work", "TORCHGAUGE_PLANT_WORK": "{}"},
+        capture_output=True,
+        text=True,
+    )
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return {f"{r['model']}/{r['mode']}": r for r in rows}
+
+
+def survey_worker(spec: dict) -> None:
+    """The process :func:`survey_work_plant` starts: the hook installed before any model is built
+    (it finds modules when their mode is set), two steps per configuration, the second counted."""
+    import importlib.util
+
+    import torch
+
+    import torchgauge
+
+    torch.set_num_threads(1)
+    loader = importlib.util.spec_from_file_location("planted_work", spec["hook"])
+    hook = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(hook)  # TORCHGAUGE_PLANT_KIND=work: installs itself, zero iterations
+    types = tuple(getattr(torch.nn, n) for n in spec["layers"].split(","))
+    for model, mode in spec["configs"]:
+        row: dict = {"model": model, "mode": mode}
+        try:
+            w = torchgauge.create(model, mode=mode, device="cpu", size="smoke")
+            w.step()
+            before = dict(hook.planted_keys)
+            w.step()
+        except Exception as exc:  # unsupported mode, or a model that does not build: say so, go on
+            print(json.dumps({**row, "error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
+            continue
+        row["has_layers"] = any(isinstance(m, types) for m in w.module.modules())
+        row["keys"] = {k: n - before.get(k, 0) for k, n in hook.planted_keys.items() if n != before.get(k, 0)}
+        print(json.dumps(row), flush=True)
+        del w
+
+
 if __name__ == "__main__":
-    calibration_worker(json.loads(sys.argv[1]))
+    spec = json.loads(sys.argv[1])
+    survey_worker(spec) if spec.get("survey") else calibration_worker(spec)

@@ -29,6 +29,8 @@ BINS = ((0.0, 0.07, "below the 7% threshold"), (0.07, TARGET_CHANGE, "7-9%"), (T
 BINS += ((0.2, float("inf"), "20% or more"),)
 # CPU configurations of the nightly's whole suite (both modes of ~196 models): its Holm family.
 SUITE_FAMILY = 390
+# What a side of a comparison keeps per process (power_nightly._processes), by procedure.
+VALUE_KEYS = ("cpu_ms", "instructions")
 
 
 def effective_change(cal: dict[str, Any], key: str, plant: float) -> float | None:
@@ -53,7 +55,7 @@ def outcomes(report: dict[str, Any], cal: dict[str, Any]) -> list[dict[str, Any]
                 cls = "unaffected"
             else:
                 cls = next((name for lo, hi, name in BINS if eff is not None and lo <= eff < hi), "not calibrated")
-            base = [v for v in c["base"]["cpu_ms"] if v is not None]
+            base = [v for v in _values(c["base"]) if v is not None]
             rows.append(
                 {
                     "plant": t["plant"],
@@ -67,12 +69,19 @@ def outcomes(report: dict[str, Any], cal: dict[str, Any]) -> list[dict[str, Any]
                     "confirmed": key in t["confirm"].get("kept", []) if "confirm" in t else None,
                     "memory_flag": c["memory_flag"],
                     "change": c["change"],
+                    # the base side's median per-process value: CPU ms per step, or the count per step
                     "step_ms": statistics.median(base) if base else None,
                     "cv": statistics.stdev(base) / statistics.mean(base) if len(base) > 1 else None,
-                    "undisturbed": _median(c["base"]["undisturbed"] + c["new"]["undisturbed"]),
+                    "undisturbed": _median(c["base"].get("undisturbed", []) + c["new"].get("undisturbed", [])),
                 }
             )
     return rows
+
+
+def _values(side: dict[str, Any]) -> list:
+    """A side's per-process values: CPU ms per step (time procedures) or a count per step
+    (the instruction-count procedure keeps ``instructions``)."""
+    return next((side[k] for k in VALUE_KEYS if k in side), [])
 
 
 def rejudge(report: dict[str, Any], family: int) -> dict[tuple[int, float, str], bool]:
@@ -92,9 +101,9 @@ def rejudge(report: dict[str, Any], family: int) -> dict[tuple[int, float, str],
     for t in report["trials"]:
         keys, changes = [], []
         for key, c in t["configs"].items():
-            base = [v for v in c["base"]["cpu_ms"] if v is not None]
-            new = [v for v in c["new"]["cpu_ms"] if v is not None]
-            if c["signal"] == "cpu" and base and new:
+            base = [v for v in c["base"].get("cpu_ms", []) if v is not None]
+            new = [v for v in c["new"].get("cpu_ms", []) if v is not None]
+            if c.get("signal") == "cpu" and base and new:
                 keys.append(key)
                 changes.append(compare_samples(base, new, threshold=threshold, alpha=alpha))
         if not keys:
@@ -144,7 +153,8 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
     rows = outcomes(report, cal)
     plants = sorted({t["plant"] for t in report["trials"]})
     proc = report["procedure"]
-    name = proc.get("name", "nightly procedure")  # power_ab's trials name theirs
+    name = proc.get("name", "nightly procedure")  # power_ab's and power_icount's trials name theirs
+    signal = {"time_ms": "time"}.get(proc.get("metric", "time_ms"), proc.get("metric"))
     print(
         f"\n{name}: rounds {proc['rounds']}, repeat {proc['repeat']}, warmup {proc['warmup']}, "
         f"{proc['size']} size, compare {' '.join(proc['compare_args'])}; {len(report['models'])} models"
@@ -164,13 +174,10 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
     print("\n| comparisons | n | flagged | rate | 95% bound |")
     print("|---|---:|---:|---:|---|")
     aa = [r for r in rows if r["class"] == "A/A"]
-    print(
-        rate_row(
-            "A/A, all configurations: false regressions (time)", sum(r["flagged"] for r in aa), len(aa), bound="upper"
-        )
-    )
+    label = f"A/A, all configurations: false regressions ({signal})"
+    print(rate_row(label, sum(r["flagged"] for r in aa), len(aa), bound="upper"))
     improvements = sum(r["verdict"] == "improvement" for r in aa)
-    print(rate_row("A/A: false improvements (time)", improvements, len(aa), bound="upper"))
+    print(rate_row(f"A/A: false improvements ({signal})", improvements, len(aa), bound="upper"))
     print(rate_row("A/A: memory flags", sum(r["memory_flag"] for r in aa), len(aa), bound="upper"))
     for plant in [p for p in plants if p > 0]:
         mine = [r for r in rows if r["plant"] == plant]
@@ -190,8 +197,9 @@ def print_tables(report: dict[str, Any], cal: dict[str, Any]) -> None:
         label = f"target: planted, effective change >= {TARGET_CHANGE:.0%}: detected"
         print(rate_row(label, sum(r["flagged"] for r in target), len(target), bound="lower"))
     print_confirmed(report, rows)
-    print_family(report, rows, family=SUITE_FAMILY)
-    print_configurations(rows, plants)
+    if signal == "time":  # a Holm family and per-process step times are a time test's
+        print_family(report, rows, family=SUITE_FAMILY)
+        print_configurations(rows, plants)
 
 
 def print_confirmed(report: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -250,7 +250,10 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=int, default=10, help="--repeat of the single+confirm, rounds and ab procedures"
     )
-    parser.add_argument("--mode", default="eval", help="--mode of the single+confirm, rounds and ab procedures")
+    parser.add_argument(
+        "--mode", default="eval", help="--mode of the single+confirm, rounds, ab and instructions procedures"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="instructions: configurations counted at once (run --jobs)")
     parser.add_argument("--workdir", default="detection-power")
     parser.add_argument(
         "--analyse-only",
@@ -320,7 +323,9 @@ def main() -> None:
         cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
         print_tables(json.loads((work / AB_REPORT).read_text()), cal)
     if "instructions" in args.procedures:
-        power_icount.main(bench, work, args.plants, args.trials, args.calibrate, args.night)
+        power_icount.main(
+            bench, work, args.plants, args.trials, args.calibrate, args.night, mode=args.mode, jobs=args.jobs
+        )
     others = [p for p in args.procedures if p not in ("nightly", "ab", "instructions")]
     if others:
         one_trial_study(bench, args, others)

@@ -71,6 +71,8 @@ class IcountProcedure:
     repeat: int
     warmup: int
     rounds: int = 1  # deterministic metrics are collected once per configuration (the first round)
+    mode: str = "both"
+    jobs: int = 1  # counts do not depend on load: configurations may be counted side by side
     env: dict[str, str] = field(default_factory=lambda: {"OMP_NUM_THREADS": "1"})
     compare_args: tuple[str, ...] = ()
     metric: str = METRIC
@@ -81,9 +83,11 @@ class IcountProcedure:
         return args[args.index(name) + 1]
 
     def run_args(self) -> list[str]:
-        return ["--device", "cpu", "--mode", "both", "--rounds", str(self.rounds), "--repeat", str(self.repeat)] + [
+        return ["--device", "cpu", "--mode", self.mode, "--rounds", str(self.rounds), "--repeat", str(self.repeat)] + [
             "--warmup",
             str(self.warmup),
+            "--jobs",
+            str(self.jobs),
             "--threads",
             "1",
             "--metrics",
@@ -273,12 +277,20 @@ def run_icount_trial(
 
 
 def main(
-    bench: Any, work: Path, plants: list[float], trials: list[int], calibrate_first: bool, night: tuple | None
+    bench: Any,
+    work: Path,
+    plants: list[float],
+    trials: list[int],
+    calibrate_first: bool,
+    night: tuple | None,
+    *,
+    mode: str = "both",
+    jobs: int = 1,
 ) -> None:
     """``detection_power.py --procedures instructions``: calibrate (``--calibrate``), the trials, the tables.
     ``night`` (ROUNDS:REPEAT:WARMUP, rounds ignored) replaces the workflow's repeat and warm-up."""
     _become_subreaper()  # the workers and their valgrind children count towards each command's CPU time
-    proc = from_nightly(read_workflow())
+    proc = dataclasses.replace(from_nightly(read_workflow()), mode=mode, jobs=jobs)
     if night:
         proc = dataclasses.replace(proc, repeat=night[1], warmup=night[2])
     if calibrate_first:

@@ -265,6 +265,7 @@ def _plant_fewer_ops(db: Path, model: str, mode: str) -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two nights of every shard, with valgrind: ~7 min at load 2, more beside other work
 def test_every_run_script_executes_with_bash(tmp_path: Path) -> None:
     doc = yaml.safe_load(WORKFLOW.read_text())
     env = doc["env"]

@@ -298,7 +298,8 @@ def main() -> None:
             cal = json.loads(cal_path.read_text()) if cal_path.exists() else {}
             print_tables(json.loads((work / AB_REPORT).read_text()), cal)
         if "instructions" in args.procedures and (work / power_icount.REPORT).exists():
-            cal = json.loads((work / power_icount.CALIBRATION).read_text())
+            cal_file = work / power_icount.CALIBRATION
+            cal = json.loads(cal_file.read_text()) if cal_file.exists() else {}
             power_icount.print_icount_tables(json.loads((work / power_icount.REPORT).read_text()), cal)
         if set(args.procedures) - {"nightly", "ab", "instructions"}:
             reanalyse(work, args.plants, args.rounds, set(args.affected))

@@ -26,6 +26,7 @@ from torchgauge.registry import load_model_file
 from torchgauge.results.schema import RunRecord
 from torchgauge.runner.options import RunnerOptions
 from torchgauge.runner.suite_loop import _instruction_counter
+from torchgauge.workload import UnsupportedError
 
 MODELS = "tests/harness/counting_models.py"
 REQUEST = {"run": {}, "steps": [2, 3], "model_file": None}
@@ -115,7 +116,6 @@ def _wire(monkeypatch, valgrind: str = "/usr/bin/valgrind") -> None:
     monkeypatch.setattr(cgh, "CallgrindHost", _FakeHost)
     monkeypatch.setattr(cgh, "host_supported", lambda: True)
     monkeypatch.setattr(ins, "find_valgrind", lambda: valgrind)
-    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/valgrind")
     _FakeHost.started = []
 
 
@@ -143,6 +143,21 @@ def test_no_host_without_cpu_instruction_runs_in_workers(monkeypatch, configs, i
     base = RunnerOptions(isolate=isolate)
     with _instruction_counter(configs, base) as options:
         assert options is base
+    assert _FakeHost.started == []
+
+
+def test_no_host_without_valgrind(monkeypatch) -> None:
+    _wire(monkeypatch)
+
+    def missing() -> str:
+        raise UnsupportedError("instructions needs valgrind (callgrind) on PATH")
+
+    monkeypatch.setattr(ins, "find_valgrind", missing)
+    base = RunnerOptions()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quietly: each run's record says why it was not counted
+        with _instruction_counter([RunConfig("dlrm", metrics=("instructions",))], base) as options:
+            assert options is base
     assert _FakeHost.started == []
 
 

@@ -202,7 +202,8 @@ def host_main() -> None:
         pid = os.fork()
         if pid == 0:
             server.close()
-            os._exit(_serve(conn, out_pattern))
+            _serve(conn, out_pattern)
+            os._exit(0)
         conn.close()
 
 
@@ -218,8 +219,8 @@ def _reap(out_pattern: str) -> None:
         Path(f"{out_pattern}.{pid}").unlink(missing_ok=True)
 
 
-def _serve(conn: socket.socket, out_pattern: str) -> int:
-    """One child: count the request, reply with its dump files; the exit code for the host's log."""
+def _serve(conn: socket.socket, out_pattern: str) -> None:
+    """One child: count the request, reply with its dump files or the error's traceback."""
     import ctypes
 
     from .instructions import count_steps
@@ -240,7 +241,6 @@ def _serve(conn: socket.socket, out_pattern: str) -> int:
         reply = {"error": "".join(traceback.format_exception(exc))[-3000:]}
     with contextlib.suppress(OSError):
         conn.sendall((json.dumps(reply) + "\n").encode())
-    return 0 if "dumps" in reply else 1
 
 
 def _die_with_client(conn: socket.socket) -> None:

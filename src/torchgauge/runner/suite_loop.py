@@ -15,7 +15,6 @@ import dataclasses
 import math
 import multiprocessing as mp
 import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -210,13 +209,19 @@ def _instruction_counter(configs: Sequence[RunConfig], options: RunnerOptions) -
     from ..harness.callgrind_host import HOST_ENV, CallgrindHost, host_supported
 
     wanted = [c for c in configs if "instructions" in c.metrics and c.device.split(":")[0] == "cpu"]
-    if not (options.isolate and wanted and host_supported()) or shutil.which("valgrind") is None:
+    if not (options.isolate and wanted and host_supported()):
         yield options
         return
     from ..harness.instructions import child_env, find_valgrind
+    from ..workload import UnsupportedError
 
     try:
-        host = CallgrindHost(find_valgrind(), child_env())
+        valgrind = find_valgrind()
+    except UnsupportedError:  # no valgrind: each run's record says so (status unsupported)
+        yield options
+        return
+    try:
+        host = CallgrindHost(valgrind, child_env())
     except Exception as exc:  # no valgrind client requests in this torch, a host that died at start
         warnings.warn(f"instructions: no shared callgrind host ({exc}); each run starts its own", stacklevel=2)
         yield options
